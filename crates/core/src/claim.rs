@@ -1,0 +1,279 @@
+//! Claims: what a caller asks, what a store answers, what it keeps.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::key::{Fingerprint, Key};
+use crate::time::Timestamp;
+
+/// When a claimed record counts as processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClaimMode {
+    /// The record is `processing` under a lease until the caller calls `complete`; a crashed
+    /// caller's lease lapses and the next delivery takes the claim over.
+    #[default]
+    OnSuccess,
+    /// The claim itself marks the record `done` (the simple model: claim = processed). Every
+    /// later delivery within the TTL is a duplicate, even while the first is still being handled.
+    OnReceipt,
+}
+
+/// One claim: "I received this event; may I process it?"
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    pub key: Key,
+    /// SHA-256 of the payload, when known. A live record with a different fingerprint answers
+    /// [`ClaimOutcome::Conflict`].
+    pub fingerprint: Option<Fingerprint>,
+    /// How long the caller may hold the claim before another delivery may take it over.
+    pub lease: Duration,
+    /// How long the record lives, from first receipt (the source's [`crate::TtlPolicy`]).
+    pub ttl: Duration,
+    pub mode: ClaimMode,
+}
+
+impl ClaimRequest {
+    /// A claim in [`ClaimMode::OnSuccess`] with no fingerprint.
+    pub fn new(key: Key, lease: Duration, ttl: Duration) -> Self {
+        Self {
+            key,
+            fingerprint: None,
+            lease,
+            ttl,
+            mode: ClaimMode::OnSuccess,
+        }
+    }
+
+    #[must_use]
+    pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
+        self
+    }
+
+    #[must_use]
+    pub fn mode(mut self, mode: ClaimMode) -> Self {
+        self.mode = mode;
+        self
+    }
+}
+
+/// Proof of holding a claim, needed to `complete` or `release` it.
+///
+/// `attempt` is the fencing number (1 on first receipt, +1 on each takeover); `nonce` tells apart
+/// two claims with the same attempt number (a claim released and claimed again). A store refuses
+/// a token whose attempt or nonce no longer matches the live record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimToken {
+    pub key: Key,
+    pub attempt: u32,
+    pub nonce: u64,
+}
+
+impl ClaimToken {
+    /// The fence as text, `{attempt}.{nonce:016x}`, as the claim API hands it out.
+    pub fn fence(&self) -> String {
+        format!("{}.{:016x}", self.attempt, self.nonce)
+    }
+
+    /// Rebuilds a token from a key and a fence written by [`ClaimToken::fence`].
+    ///
+    /// # Errors
+    /// [`TokenParseError`] when the fence is not `{attempt}.{16 hex digits}`.
+    pub fn from_fence(key: Key, fence: &str) -> Result<Self, TokenParseError> {
+        let (attempt, nonce) = fence.split_once('.').ok_or(TokenParseError)?;
+        let attempt = attempt.parse::<u32>().map_err(|_| TokenParseError)?;
+        if nonce.len() != 16 || attempt == 0 {
+            return Err(TokenParseError);
+        }
+        let nonce = u64::from_str_radix(nonce, 16).map_err(|_| TokenParseError)?;
+        Ok(Self {
+            key,
+            attempt,
+            nonce,
+        })
+    }
+}
+
+/// A fence that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid claim token: expected {{attempt}}.{{16 hex digits}}")]
+pub struct TokenParseError;
+
+/// The state of a live record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordState {
+    /// Claimed, under a lease, not yet completed.
+    Processing,
+    /// Completed (or claimed in mark-on-receipt mode).
+    Done,
+}
+
+impl RecordState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "processing",
+            Self::Done => "done",
+        }
+    }
+
+    /// Parses [`RecordState::as_str`]'s output.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "processing" => Some(Self::Processing),
+            "done" => Some(Self::Done),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A store's answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The caller holds the claim and processes the event.
+    Claimed { token: ClaimToken },
+    /// A live record exists and processing finished (or the source marks on receipt): ack the
+    /// sender, do nothing.
+    Duplicate {
+        first_seen: Timestamp,
+        state: RecordState,
+    },
+    /// Another caller holds a live lease: try again after `retry_after`.
+    InFlight { retry_after: Duration },
+    /// A live record of this id has a different payload fingerprint.
+    Conflict { first_seen: Timestamp },
+}
+
+impl ClaimOutcome {
+    /// A short lowercase name, for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Claimed { .. } => "claimed",
+            Self::Duplicate { .. } => "duplicate",
+            Self::InFlight { .. } => "in_flight",
+            Self::Conflict { .. } => "conflict",
+        }
+    }
+}
+
+/// The outcome a history row records: one row per delivery attempt or state change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HistoryOutcome {
+    Claimed,
+    Duplicate,
+    InFlight,
+    Conflict,
+    Reclaimed,
+    Completed,
+    Released,
+    LateDuplicate,
+}
+
+impl HistoryOutcome {
+    pub const ALL: [HistoryOutcome; 8] = [
+        Self::Claimed,
+        Self::Duplicate,
+        Self::InFlight,
+        Self::Conflict,
+        Self::Reclaimed,
+        Self::Completed,
+        Self::Released,
+        Self::LateDuplicate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claimed => "claimed",
+            Self::Duplicate => "duplicate",
+            Self::InFlight => "in_flight",
+            Self::Conflict => "conflict",
+            Self::Reclaimed => "reclaimed",
+            Self::Completed => "completed",
+            Self::Released => "released",
+            Self::LateDuplicate => "late_duplicate",
+        }
+    }
+
+    /// Parses [`HistoryOutcome::as_str`]'s output.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == text)
+    }
+}
+
+impl fmt::Display for HistoryOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A dedup record as a store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub state: RecordState,
+    pub attempt: u32,
+    pub nonce: u64,
+    pub fingerprint: Option<Fingerprint>,
+    pub first_seen: Timestamp,
+    /// When the current lease lapses; `None` once done.
+    pub lease_until: Option<Timestamp>,
+    pub expires_at: Timestamp,
+}
+
+/// One history row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub outcome: HistoryOutcome,
+    /// The attempt the row speaks of, where there is one.
+    pub attempt: Option<u32>,
+    pub at: Timestamp,
+    /// For duplicates, in-flight answers and conflicts: the time since first receipt.
+    pub gap: Option<Duration>,
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// Everything a store knows of one event: its live record, if any, and its history, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventView {
+    pub key: Key,
+    pub record: Option<Record>,
+    pub history: Vec<HistoryEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_round_trip() {
+        let key = Key::parse("s", "e").unwrap();
+        let t = ClaimToken {
+            key: key.clone(),
+            attempt: 3,
+            nonce: 0xdead_beef,
+        };
+        assert_eq!(t.fence(), "3.00000000deadbeef");
+        assert_eq!(ClaimToken::from_fence(key.clone(), &t.fence()).unwrap(), t);
+        for bad in [
+            "",
+            "3",
+            "0.00000000deadbeef",
+            "x.00000000deadbeef",
+            "3.dead",
+            "3.zz000000deadbeef",
+        ] {
+            assert!(ClaimToken::from_fence(key.clone(), bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn history_outcome_names_round_trip() {
+        for o in HistoryOutcome::ALL {
+            assert_eq!(HistoryOutcome::parse(o.as_str()), Some(o));
+        }
+    }
+}

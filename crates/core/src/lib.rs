@@ -1,0 +1,45 @@
+//! The claim model of idemgate.
+//!
+//! idemgate makes webhook and event processing happen once: it claims each delivery's event id
+//! atomically on first receipt, keeps the claim as long as the sender can still retry, and keeps a
+//! separate, long-lived history of what was received. This crate holds the parts that know nothing
+//! of SQL, HTTP or Redis.
+//!
+//! # Layout
+//!
+//! - [`key`]: validated [`SourceName`]s, [`EventId`]s and payload [`Fingerprint`]s. Bad input is a
+//!   typed [`KeyError`] and never reaches a store.
+//! - [`time`]: [`Timestamp`] and the [`Clock`] a store reads. Only stores read clocks: every
+//!   expiry decision uses the store's own time.
+//! - [`policy`]: a source's [`DeliveryContract`] and the [`TtlPolicy`] computed from it
+//!   (TTL = retry window + queue lag + clock skew + replay margin), with its validation.
+//! - [`presets`]: the built-in provider presets, each with its figure, source and date checked.
+//! - [`claim`]: requests, outcomes, tokens, records and history rows.
+//! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
+//! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`] and [`Stats`].
+//! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock.
+//! - `testkit` (feature `testkit`): the conformance suite every store runs.
+
+pub mod claim;
+pub mod key;
+pub mod machine;
+pub mod memory;
+pub mod policy;
+pub mod presets;
+pub mod store;
+pub mod sweep;
+pub mod time;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use claim::{
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome,
+    Record, RecordState, TokenParseError,
+};
+pub use key::{EventId, Fingerprint, Key, KeyError, SourceName};
+pub use memory::MemoryStore;
+pub use policy::{DeliveryContract, PolicyError, TtlPolicy};
+pub use presets::{Preset, preset, presets};
+pub use store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};

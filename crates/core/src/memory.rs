@@ -1,0 +1,190 @@
+//! An in-memory store with an injectable clock: for tests, and for trying idemgate out.
+//!
+//! Nothing survives the process. Every operation holds one mutex, so each is atomic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, Record};
+use crate::key::Key;
+use crate::machine::{self, FinishStep};
+use crate::store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+use crate::time::{Clock, SystemClock};
+
+/// The in-memory store. Clones share one state.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: HashMap<Key, Record>,
+    history: HashMap<Key, Vec<HistoryEntry>>,
+    history_rows: u64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store on the host's clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A store on `clock` (a [`crate::ManualClock`] in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: Arc::default(),
+            clock,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied step: every step computes
+        // first and writes after.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn finish(
+        &self,
+        token: &ClaimToken,
+        decide: fn(&ClaimToken, Option<&Record>, crate::Timestamp) -> Option<FinishStep>,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let step = decide(token, st.records.get(&token.key), now).ok_or_else(|| {
+            StoreError::StaleToken {
+                key: token.key.clone(),
+                attempt: token.attempt,
+            }
+        })?;
+        let fingerprint = st.records.get(&token.key).and_then(|r| r.fingerprint);
+        let outcome = match step {
+            FinishStep::Nothing => return Ok(()),
+            FinishStep::Update(rec, outcome) => {
+                st.records.insert(token.key.clone(), rec);
+                outcome
+            }
+            FinishStep::Delete(outcome) => {
+                st.records.remove(&token.key);
+                outcome
+            }
+        };
+        st.append(
+            &token.key,
+            HistoryEntry {
+                outcome,
+                attempt: Some(token.attempt),
+                at: now,
+                gap: None,
+                fingerprint,
+            },
+        );
+        Ok(())
+    }
+}
+
+impl State {
+    fn append(&mut self, key: &Key, entry: HistoryEntry) {
+        self.history.entry(key.clone()).or_default().push(entry);
+        self.history_rows += 1;
+    }
+}
+
+impl ClaimStore for MemoryStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let step = machine::claim(&req, st.records.get(&req.key), now, machine::nonce());
+        if let Some(rec) = step.write {
+            st.records.insert(req.key.clone(), rec);
+        }
+        st.append(
+            &req.key,
+            HistoryEntry {
+                outcome: step.history,
+                attempt: step.attempt,
+                at: now,
+                gap: step.gap,
+                fingerprint: req.fingerprint,
+            },
+        );
+        Ok(step.outcome)
+    }
+
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.finish(token, machine::complete)
+    }
+
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.finish(token, machine::release)
+    }
+
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        let now = self.clock.now();
+        let st = self.state();
+        Ok(EventView {
+            key: key.clone(),
+            record: machine::live(st.records.get(key), now).cloned(),
+            history: st.history.get(key).cloned().unwrap_or_default(),
+        })
+    }
+}
+
+impl Sweep for MemoryStore {
+    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let expired: Vec<Key> = st
+            .records
+            .iter()
+            .filter(|(_, r)| r.expires_at <= now)
+            .map(|(k, _)| k.clone())
+            .take(batch.get() as usize)
+            .collect();
+        for key in &expired {
+            st.records.remove(key);
+        }
+        Ok(expired.len() as u64)
+    }
+}
+
+impl Stats for MemoryStore {
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let now = self.clock.now();
+        let st = self.state();
+        let mut per: BTreeMap<&crate::SourceName, SourceStats> = BTreeMap::new();
+        for (key, rec) in &st.records {
+            let s = per.entry(&key.source).or_insert_with(|| SourceStats {
+                source: key.source.clone(),
+                live: 0,
+                expired: 0,
+                oldest: None,
+            });
+            if rec.expires_at > now {
+                s.live += 1;
+            } else {
+                s.expired += 1;
+            }
+            s.oldest = Some(s.oldest.map_or(rec.first_seen, |o| o.min(rec.first_seen)));
+        }
+        let per_source: Vec<SourceStats> = per.into_values().collect();
+        Ok(StoreStats {
+            live: per_source.iter().map(|s| s.live).sum(),
+            expired: per_source.iter().map(|s| s.expired).sum(),
+            oldest: per_source.iter().filter_map(|s| s.oldest).min(),
+            per_source,
+            size_bytes: None,
+            history_rows: st.history_rows,
+        })
+    }
+}
