@@ -1,1 +1,315 @@
-//! The embedded SQLite store of idemgate.
+//! The embedded SQLite store of idemgate: zero setup, one node.
+//!
+//! # Layout
+//!
+//! - One database file, `idemgate.db`, in the data directory, in WAL mode with
+//!   `synchronous = FULL`: a commit is on disk before anyone hears of it.
+//! - [`writer`]: one writer thread owns the only writing connection. Callers send it commands over
+//!   a channel; it takes every command waiting (up to `batch_max`), applies them in order in one
+//!   transaction (each in its own savepoint), commits once, and only then answers each caller.
+//!   Concurrent claims thus share one fsync (group commit), and two claims of one key in a batch
+//!   resolve exactly as if sent one by one.
+//! - Reads ([`ClaimStore::lookup`], [`Stats`]) run on their own connections on tokio's blocking
+//!   pool and never wait for the writer.
+//! - The claim rules are [`idemgate_core::machine`]'s, run with the store's clock (the host's, as
+//!   the store is embedded; injectable for tests).
+//! - The schema lives in `sql/`, versioned by `PRAGMA user_version`.
+
+mod writer;
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry};
+use idemgate_core::store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+use idemgate_core::{
+    Clock, Fingerprint, HistoryOutcome, Key, Record, RecordState, SourceName, SystemClock,
+    Timestamp,
+};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::writer::Command;
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "idemgate.db";
+
+/// Schema migrations, in order; `PRAGMA user_version` counts how many were applied.
+const MIGRATIONS: &[&str] = &[include_str!("../sql/0001_init.sql")];
+
+const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
+const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint \
+     FROM history WHERE source = ?1 AND event_id = ?2 ORDER BY id";
+
+/// How the store runs.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The most commands one transaction takes.
+    pub batch_max: usize,
+    /// The store's clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            batch_max: 1024,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// The SQLite store. Clones share one writer thread.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    commands: mpsc::Sender<Command>,
+    readers: Mutex<Vec<Connection>>,
+    path: PathBuf,
+    clock: Arc<dyn Clock>,
+}
+
+fn sql(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    let context = context.into();
+    move |e| StoreError::backend(context, e)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `dir`, on the host's clock.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the directory or database cannot be created or opened;
+    /// [`StoreError::NewerSchema`] when a newer idemgate wrote it.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(dir, SqliteOptions::default())
+    }
+
+    /// Opens the store with explicit options.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub fn open_with(dir: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self, StoreError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::backend(format!("cannot create data directory {}", dir.display()), e)
+        })?;
+        let path = dir.join(DB_FILE);
+        let mut conn = open_connection(&path, false)?;
+        migrate(&mut conn, &path)?;
+        let (commands, rx) = mpsc::channel(opts.batch_max.max(1) * 4);
+        writer::spawn(conn, rx, opts.batch_max.max(1), opts.clock.clone(), &path)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                commands,
+                readers: Mutex::default(),
+                path,
+                clock: opts.clock,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn send<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(make(tx))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `f` on a reader connection on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match inner.readers.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                Some(c) => c,
+                None => open_connection(&inner.path, true)?,
+            };
+            let result = f(&conn, inner.clock.now());
+            inner.readers.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+            result
+        })
+        .await
+        .map_err(|e| StoreError::backend("a read task failed", e))?
+    }
+}
+
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let open = sql(format!("cannot open {}", path.display()));
+    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
+    let setup = sql(format!("cannot configure {}", path.display()));
+    // Another process (a CLI sweep beside a running gateway) may hold the write lock briefly.
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(setup)?;
+    if !read_only {
+        let setup = sql(format!("cannot configure {}", path.display()));
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA foreign_keys = ON;",
+        )
+        .map_err(setup)?;
+    }
+    Ok(conn)
+}
+
+/// Applies the migrations this build has and the database lacks, all in one transaction.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let known = MIGRATIONS.len() as i64;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql(format!("cannot lock {} to migrate it", path.display())))?;
+    let found: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql("cannot read the schema version"))?;
+    if found > known {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    for (i, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(migration)
+            .map_err(sql(format!("migration {} failed", i + 1)))?;
+    }
+    tx.pragma_update(None, "user_version", known)
+        .map_err(sql("cannot record the schema version"))?;
+    tx.commit().map_err(sql("cannot commit the migration"))
+}
+
+/// Reads a record row as [`SELECT_RECORD`] returns it.
+fn record_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
+    let state: String = row.get(0)?;
+    let fingerprint: Option<Vec<u8>> = row.get(3)?;
+    Ok(Record {
+        state: RecordState::parse(&state).unwrap_or(RecordState::Processing),
+        attempt: row.get(1)?,
+        nonce: row.get::<_, i64>(2)? as u64,
+        fingerprint: fingerprint.as_deref().and_then(Fingerprint::from_slice),
+        first_seen: Timestamp::from_millis(row.get(4)?),
+        lease_until: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
+        expires_at: Timestamp::from_millis(row.get(6)?),
+    })
+}
+
+fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>> {
+    conn.prepare_cached(SELECT_RECORD)?
+        .query_row(params![key.source.as_str(), key.event_id.as_str()], record_from_row)
+        .optional()
+}
+
+impl ClaimStore for SqliteStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.send(|reply| Command::Claim(req, reply)).await
+    }
+
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        let token = token.clone();
+        self.send(|reply| Command::Complete(token, reply)).await
+    }
+
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        let token = token.clone();
+        self.send(|reply| Command::Release(token, reply)).await
+    }
+
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        let key = key.clone();
+        self.read(move |conn, now| {
+            let failed = || sql(format!("cannot look up {key}"));
+            let record = read_record(conn, &key)
+                .map_err(failed())?
+                .filter(|r| now < r.expires_at);
+            let mut stmt = conn.prepare_cached(SELECT_HISTORY).map_err(failed())?;
+            let history = stmt
+                .query_map(params![key.source.as_str(), key.event_id.as_str()], |row| {
+                    let outcome: String = row.get(0)?;
+                    let fingerprint: Option<Vec<u8>> = row.get(4)?;
+                    Ok(HistoryEntry {
+                        outcome: HistoryOutcome::parse(&outcome).unwrap_or(HistoryOutcome::Claimed),
+                        attempt: row.get(1)?,
+                        at: Timestamp::from_millis(row.get(2)?),
+                        gap: row
+                            .get::<_, Option<i64>>(3)?
+                            .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
+                        fingerprint: fingerprint.as_deref().and_then(Fingerprint::from_slice),
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(failed())?;
+            Ok(EventView {
+                key,
+                record,
+                history,
+            })
+        })
+        .await
+    }
+}
+
+impl Sweep for SqliteStore {
+    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        self.send(|reply| Command::Sweep(batch, reply)).await
+    }
+}
+
+impl Stats for SqliteStore {
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        let path = self.inner.path.clone();
+        self.read(move |conn, now| {
+            let failed = || sql("cannot count records");
+            let mut stmt = conn
+                .prepare_cached(include_str!("../sql/stats.sql"))
+                .map_err(failed())?;
+            let per_source = stmt
+                .query_map(params![now.as_millis()], |row| {
+                    let source: String = row.get(0)?;
+                    Ok((source, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(failed())?
+                .into_iter()
+                .filter_map(|(source, live, expired, oldest)| {
+                    Some(SourceStats {
+                        // Only valid names are ever stored.
+                        source: SourceName::new(source).ok()?,
+                        live: live as u64,
+                        expired: expired as u64,
+                        oldest: Some(Timestamp::from_millis(oldest)),
+                    })
+                })
+                .collect::<Vec<_>>();
+            let history_rows: i64 = conn
+                .query_row("SELECT count(*) FROM history", [], |r| r.get(0))
+                .map_err(failed())?;
+            let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            let mut wal = path.clone().into_os_string();
+            wal.push("-wal");
+            Ok(StoreStats {
+                live: per_source.iter().map(|s| s.live).sum(),
+                expired: per_source.iter().map(|s| s.expired).sum(),
+                oldest: per_source.iter().filter_map(|s| s.oldest).min(),
+                per_source,
+                size_bytes: Some(size(path.clone()) + size(PathBuf::from(wal))),
+                history_rows: history_rows as u64,
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,3 @@
+SELECT state, attempt, nonce, fingerprint, first_seen, lease_until, expires_at
+FROM dedup
+WHERE source = ?1 AND event_id = ?2

@@ -1,0 +1,2 @@
+INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)

@@ -1,0 +1,10 @@
+INSERT INTO dedup (source, event_id, state, attempt, nonce, fingerprint, first_seen, lease_until, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (source, event_id) DO UPDATE SET
+    state       = excluded.state,
+    attempt     = excluded.attempt,
+    nonce       = excluded.nonce,
+    fingerprint = excluded.fingerprint,
+    first_seen  = excluded.first_seen,
+    lease_until = excluded.lease_until,
+    expires_at  = excluded.expires_at
