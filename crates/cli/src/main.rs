@@ -1,1 +1,190 @@
-fn main() {}
+//! The `idemgate` binary: parses arguments and calls the libraries.
+//!
+//! Usage errors (bad flags, durations, names) print one line and exit with code 2; failures while
+//! running print the error chain and exit with code 1.
+
+/// `println!` that ends the program quietly when stdout is closed (`idemgate providers | head`).
+macro_rules! outln {
+    () => { $crate::emit(format_args!("")) };
+    ($($arg:tt)*) => { $crate::emit(format_args!($($arg)*)) };
+}
+
+mod data;
+mod ttl;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use idemgate_core::{EventId, SourceName};
+
+/// Exactly-once webhook and event processing.
+#[derive(Debug, Parser)]
+#[command(name = "idemgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compute a source's dedup TTL: retry window + queue lag + clock skew + replay margin.
+    Ttl(ttl::TtlArgs),
+    /// List the provider presets: retry windows, recommended TTLs, keys, signatures, sources.
+    Providers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete expired dedup records in bounded batches.
+    Sweep {
+        #[command(flatten)]
+        data: DataDir,
+        /// Records per batch (one short transaction each).
+        #[arg(long, default_value = "5000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        batch: u32,
+        /// Pause between batches.
+        #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+        pause: Duration,
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show what the store holds: live and expired records, oldest record, per source, size.
+    Stats {
+        #[command(flatten)]
+        data: DataDir,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the dedup record and the history of one event.
+    Lookup {
+        #[command(flatten)]
+        data: DataDir,
+        /// The source name.
+        #[arg(value_parser = parse_source)]
+        source: SourceName,
+        /// The event id.
+        #[arg(value_parser = parse_event_id)]
+        event_id: EventId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the embedded store keeps its files.
+#[derive(Debug, Args)]
+struct DataDir {
+    /// The data directory of the embedded SQLite store.
+    #[arg(long, default_value = "./idemgate-data", env = "IDEMGATE_DATA_DIR")]
+    data_dir: PathBuf,
+}
+
+/// Parses a human duration (`90s`, `10m`, `3d`, `1h 30m`).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; expected a number and a unit, such as 90s, 10m, 4h or 3d"))
+}
+
+fn parse_source(text: &str) -> Result<SourceName, String> {
+    SourceName::new(text).map_err(|e| e.to_string())
+}
+
+fn parse_event_id(text: &str) -> Result<EventId, String> {
+    EventId::new(text).map_err(|e| e.to_string())
+}
+
+pub(crate) fn emit(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A usage error found after parsing: one line, exit code 2.
+#[derive(Debug)]
+pub(crate) struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{line} (see idemgate --help)");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<Usage>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Ttl(args) => ttl::ttl(&args),
+        Command::Providers { json } => {
+            ttl::providers(json);
+            Ok(())
+        }
+        command => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                match command {
+                    Command::Sweep {
+                        data,
+                        batch,
+                        pause,
+                        dry_run,
+                    } => data::sweep(&data.data_dir, batch, pause, dry_run).await,
+                    Command::Stats { data, json } => data::stats(&data.data_dir, json).await,
+                    Command::Lookup {
+                        data,
+                        source,
+                        event_id,
+                        json,
+                    } => data::lookup(&data.data_dir, source, event_id, json).await,
+                    Command::Ttl(_) | Command::Providers { .. } => unreachable!("handled above"),
+                }
+            })
+        }
+    }
+}

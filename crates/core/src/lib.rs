@@ -42,4 +42,4 @@ pub use memory::MemoryStore;
 pub use policy::{DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
-pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

@@ -5,8 +5,9 @@
 //! hot unique index for nothing. Validation refuses both, unless the source states an override
 //! with a written reason.
 
-use std::fmt;
 use std::time::Duration;
+
+use crate::time::Human;
 
 /// What a sender promises about its retries, plus the receiver's own margins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,16 +82,6 @@ pub enum PolicyError {
     },
     #[error("source {source_name:?}: ttl_override_reason is empty; say why the TTL is overridden")]
     EmptyReason { source_name: String },
-}
-
-/// A duration printed the human way (`3days 10m`), for error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Human(pub Duration);
-
-impl fmt::Display for Human {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&humantime::format_duration(self.0), f)
-    }
 }
 
 /// The validated lifetime of a source's dedup records.

@@ -66,6 +66,41 @@ impl serde::Serialize for Timestamp {
     }
 }
 
+/// A duration printed in days, hours, minutes and seconds (`7d 10m`, `4h`, `1.5s` as `1500ms`),
+/// the units config files use. Calendar units (months) are never used: a month has no fixed length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Human(pub Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.is_zero() {
+            return f.write_str("0s");
+        }
+        let secs = d.as_secs();
+        let millis = d.subsec_millis();
+        let parts = [
+            (secs / 86_400, "d"),
+            (secs / 3_600 % 24, "h"),
+            (secs / 60 % 60, "m"),
+            (secs % 60, "s"),
+        ];
+        let mut out = Vec::new();
+        for (n, unit) in parts {
+            if n > 0 {
+                out.push(format!("{n}{unit}"));
+            }
+        }
+        if millis > 0 {
+            out.push(format!("{millis}ms"));
+        }
+        if out.is_empty() {
+            out.push(format!("{}us", d.as_micros()));
+        }
+        f.write_str(&out.join(" "))
+    }
+}
+
 /// The time source of a store.
 pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> Timestamp;
@@ -119,6 +154,16 @@ mod tests {
             Timestamp::from_millis(1_764_441_828_123).to_string(),
             "2025-11-29T18:43:48.123Z"
         );
+    }
+
+    #[test]
+    fn human_durations() {
+        let h = |s: u64| Human(Duration::from_secs(s)).to_string();
+        assert_eq!(h(7 * 86_400 + 600), "7d 10m");
+        assert_eq!(h(90 * 86_400), "90d");
+        assert_eq!(h(4 * 3_600), "4h");
+        assert_eq!(h(0), "0s");
+        assert_eq!(Human(Duration::from_millis(1_500)).to_string(), "1s 500ms");
     }
 
     #[test]
