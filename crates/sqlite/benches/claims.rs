@@ -35,7 +35,11 @@ async fn idemgate_claims(store: &SqliteStore, callers: u64, iters: u64) -> Durat
             tokio::spawn(async move {
                 for _ in 0..share(iters, callers, i) {
                     let key = Key::parse("bench", &next_id()).expect("key");
-                    let req = ClaimRequest::new(key, Duration::from_secs(60), Duration::from_secs(7 * 86_400));
+                    let req = ClaimRequest::new(
+                        key,
+                        Duration::from_secs(60),
+                        Duration::from_secs(7 * 86_400),
+                    );
                     let outcome = store.claim(req).await.expect("claim");
                     assert!(matches!(outcome, ClaimOutcome::Claimed { .. }));
                 }
@@ -50,7 +54,8 @@ async fn idemgate_claims(store: &SqliteStore, callers: u64, iters: u64) -> Durat
 
 fn plain_connection(path: &std::path::Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).expect("open");
-    conn.busy_timeout(Duration::from_secs(30)).expect("busy timeout");
+    conn.busy_timeout(Duration::from_secs(30))
+        .expect("busy timeout");
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
@@ -103,9 +108,13 @@ fn claims(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(5));
     for callers in [1u64, 16, 64] {
-        group.bench_with_input(BenchmarkId::new("plain_insert", callers), &callers, |b, &n| {
-            b.iter_custom(|iters| plain_inserts(&plain, n, iters));
-        });
+        group.bench_with_input(
+            BenchmarkId::new("plain_insert", callers),
+            &callers,
+            |b, &n| {
+                b.iter_custom(|iters| plain_inserts(&plain, n, iters));
+            },
+        );
         group.bench_with_input(BenchmarkId::new("idemgate", callers), &callers, |b, &n| {
             b.iter_custom(|iters| rt.block_on(idemgate_claims(&store, n, iters)));
         });

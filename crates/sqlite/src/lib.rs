@@ -31,6 +31,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::writer::Command;
+pub use crate::writer::WriterStats;
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "idemgate.db";
@@ -69,6 +70,7 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     commands: mpsc::Sender<Command>,
+    counters: Arc<writer::Counters>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
@@ -102,10 +104,12 @@ impl SqliteStore {
         let mut conn = open_connection(&path, false)?;
         migrate(&mut conn, &path)?;
         let (commands, rx) = mpsc::channel(opts.batch_max.max(1) * 4);
-        writer::spawn(conn, rx, opts.batch_max.max(1), opts.clock.clone(), &path)?;
+        let counters = Arc::new(writer::Counters::default());
+        writer::spawn(conn, rx, opts.batch_max.max(1), opts.clock.clone(), counters.clone(), &path)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 commands,
+                counters,
                 readers: Mutex::default(),
                 path,
                 clock: opts.clock,
@@ -118,7 +122,15 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    async fn send<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command) -> Result<T, StoreError> {
+    /// What the writer thread has done since the store was opened.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.inner.counters.snapshot()
+    }
+
+    async fn send<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.inner
             .commands
@@ -135,12 +147,21 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = match inner.readers.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            let conn = match inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+            {
                 Some(c) => c,
                 None => open_connection(&inner.path, true)?,
             };
             let result = f(&conn, inner.clock.now());
-            inner.readers.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+            inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
             result
         })
         .await
@@ -152,7 +173,9 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     let open = sql(format!("cannot open {}", path.display()));
     let conn = Connection::open_with_flags(path, flags).map_err(open)?;
@@ -210,7 +233,10 @@ fn record_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
 
 fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>> {
     conn.prepare_cached(SELECT_RECORD)?
-        .query_row(params![key.source.as_str(), key.event_id.as_str()], record_from_row)
+        .query_row(
+            params![key.source.as_str(), key.event_id.as_str()],
+            record_from_row,
+        )
         .optional()
 }
 
@@ -280,7 +306,12 @@ impl Stats for SqliteStore {
             let per_source = stmt
                 .query_map(params![now.as_millis()], |row| {
                     let source: String = row.get(0)?;
-                    Ok((source, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?))
+                    Ok((
+                        source,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, i64>(3)?,
+                    ))
                 })
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
                 .map_err(failed())?

@@ -9,6 +9,7 @@
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record};
 use idemgate_core::machine::{self, FinishStep};
@@ -18,6 +19,40 @@ use rusqlite::{Connection, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{read_record, sql};
+
+/// Counts of the writer's work, for metrics and for seeing group commit at work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Commands (claims, completes, releases, sweep batches) in those transactions.
+    pub commands: u64,
+    /// The most commands one transaction carried.
+    pub largest_batch: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    commits: AtomicU64,
+    commands: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+impl Counters {
+    fn committed(&self, size: usize) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.commands.fetch_add(size as u64, Ordering::Relaxed);
+        self.largest_batch.fetch_max(size as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> WriterStats {
+        WriterStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            commands: self.commands.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+}
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -40,7 +75,10 @@ enum Pending {
 impl Pending {
     /// Sends the answer, or the commit's failure instead of a success.
     fn answer(self, commit: Result<(), &rusqlite::Error>) {
-        fn pick<T>(result: Result<T, StoreError>, commit: Result<(), &rusqlite::Error>) -> Result<T, StoreError> {
+        fn pick<T>(
+            result: Result<T, StoreError>,
+            commit: Result<(), &rusqlite::Error>,
+        ) -> Result<T, StoreError> {
             match (result, commit) {
                 (Ok(_), Err(e)) => Err(StoreError::backend(
                     "the transaction did not commit",
@@ -63,16 +101,25 @@ pub(crate) fn spawn(
     rx: mpsc::Receiver<Command>,
     batch_max: usize,
     clock: Arc<dyn Clock>,
+    counters: Arc<Counters>,
     path: &Path,
 ) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("idemgate-sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max, clock))
+        .spawn(move || run(conn, rx, batch_max, &*clock, &counters))
         .map(drop)
-        .map_err(|e| StoreError::backend(format!("cannot start the writer for {}", path.display()), e))
+        .map_err(|e| {
+            StoreError::backend(format!("cannot start the writer for {}", path.display()), e)
+        })
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::Receiver<Command>, batch_max: usize, clock: Arc<dyn Clock>) {
+fn run(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Command>,
+    batch_max: usize,
+    clock: &dyn Clock,
+    counters: &Counters,
+) {
     let mut batch = Vec::with_capacity(batch_max);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -86,8 +133,10 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Command>, batch_max: usize, 
         let mut pending = Vec::with_capacity(size);
         let commit = apply_batch(&mut conn, &mut batch, &mut pending, clock.now());
         match &commit {
-            Ok(()) => tracing::trace!(size, "committed a batch"),
-            Err(e) => tracing::error!(size, error = %e, "a batch failed to commit; its callers were told"),
+            Ok(()) => counters.committed(size),
+            Err(e) => {
+                tracing::error!(size, error = %e, "a batch failed to commit; its callers were told")
+            }
         }
         for p in pending {
             p.answer(commit.as_ref().map(|_| ()));
@@ -107,7 +156,9 @@ fn apply_batch(
         Err(e) => {
             let msg = e.to_string();
             pending.extend(batch.drain(..).map(|cmd| {
-                fail(cmd, || StoreError::backend("the transaction did not begin", msg.clone()))
+                fail(cmd, || {
+                    StoreError::backend("the transaction did not begin", msg.clone())
+                })
             }));
             return Err(e);
         }
@@ -131,7 +182,11 @@ fn fail(cmd: Command, err: impl Fn() -> StoreError) -> Pending {
 fn apply(tx: &mut Transaction<'_>, cmd: Command, now: Timestamp) -> Pending {
     let mut sp = match tx.savepoint() {
         Ok(sp) => sp,
-        Err(e) => return fail(cmd, || StoreError::backend("cannot open a savepoint", e.to_string())),
+        Err(e) => {
+            return fail(cmd, || {
+                StoreError::backend("cannot open a savepoint", e.to_string())
+            });
+        }
     };
     let (pending, ok) = match cmd {
         Command::Claim(req, reply) => {
@@ -160,7 +215,11 @@ fn apply(tx: &mut Transaction<'_>, cmd: Command, now: Timestamp) -> Pending {
         }
     };
     // A failed command leaves nothing behind; the others in the batch go on.
-    let end = if ok { sp.commit() } else { sp.rollback().and_then(|()| sp.commit()) };
+    let end = if ok {
+        sp.commit()
+    } else {
+        sp.rollback().and_then(|()| sp.commit())
+    };
     match end {
         Ok(()) => pending,
         Err(e) => {
@@ -174,7 +233,11 @@ fn apply(tx: &mut Transaction<'_>, cmd: Command, now: Timestamp) -> Pending {
     }
 }
 
-fn claim(conn: &Connection, req: &ClaimRequest, now: Timestamp) -> Result<ClaimOutcome, StoreError> {
+fn claim(
+    conn: &Connection,
+    req: &ClaimRequest,
+    now: Timestamp,
+) -> Result<ClaimOutcome, StoreError> {
     let failed = || sql(format!("cannot claim {}", req.key));
     let stored = read_record(conn, &req.key).map_err(failed())?;
     let step = machine::claim(req, stored.as_ref(), now, machine::nonce());
@@ -215,13 +278,26 @@ fn finish(
         }
         FinishStep::Delete(outcome) => {
             conn.prepare_cached("DELETE FROM dedup WHERE source = ?1 AND event_id = ?2")
-                .and_then(|mut s| s.execute(params![token.key.source.as_str(), token.key.event_id.as_str()]))
+                .and_then(|mut s| {
+                    s.execute(params![
+                        token.key.source.as_str(),
+                        token.key.event_id.as_str()
+                    ])
+                })
                 .map_err(failed())?;
             outcome
         }
     };
-    append_history(conn, &token.key, outcome, Some(token.attempt), now, None, fingerprint.as_ref())
-        .map_err(failed())
+    append_history(
+        conn,
+        &token.key,
+        outcome,
+        Some(token.attempt),
+        now,
+        None,
+        fingerprint.as_ref(),
+    )
+    .map_err(failed())
 }
 
 fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<()> {
