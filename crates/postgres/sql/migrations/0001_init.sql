@@ -1,0 +1,477 @@
+-- idemgate PostgreSQL schema, version 1.
+--
+-- Applied by migrate.rs inside one transaction that holds the schema's migration advisory lock,
+-- with search_path set to the store's schema, and with two settings for this transaction:
+--   idemgate.dedup_mode         'batched' or 'partitioned'
+--   idemgate.partition_width_s  the dedup partition width in seconds ('' in batched mode)
+-- Every object below is unqualified: it lands in (and is later found through) that schema.
+
+-- What this schema was created for. The store refuses to run in another expiry mode.
+CREATE TABLE meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+INSERT INTO meta (key, value) VALUES
+    ('dedup_mode', current_setting('idemgate.dedup_mode')),
+    ('partition_width_s', current_setting('idemgate.partition_width_s'));
+
+-- The hot dedup table: one row per live (or expired, not yet removed) claim.
+--   batched mode:     a plain table, unique on (source, event_id); expired rows are removed by
+--                     bounded deletes.
+--   partitioned mode: range-partitioned on expires_at; a partition is dropped whole once its upper
+--                     bound has passed. PostgreSQL needs the partition key in the primary key, so
+--                     (source, event_id) alone is unique only by idemgate's own rule: every claim
+--                     takes an advisory lock on the key's hash and looks across live partitions.
+DO $$
+BEGIN
+    IF current_setting('idemgate.dedup_mode') = 'partitioned' THEN
+        CREATE TABLE dedup (
+            source      text COLLATE "C" NOT NULL,
+            event_id    text COLLATE "C" NOT NULL,
+            state       text        NOT NULL CHECK (state IN ('processing', 'done')),
+            attempt     integer     NOT NULL,
+            nonce       bigint      NOT NULL,
+            fingerprint bytea,
+            first_seen  timestamptz NOT NULL,
+            lease_until timestamptz,
+            expires_at  timestamptz NOT NULL,
+            PRIMARY KEY (source, event_id, expires_at)
+        ) PARTITION BY RANGE (expires_at);
+    ELSIF current_setting('idemgate.dedup_mode') = 'batched' THEN
+        -- fillfactor leaves room on each page so complete and takeover (which touch no indexed
+        -- column) stay HOT updates.
+        CREATE TABLE dedup (
+            source      text COLLATE "C" NOT NULL,
+            event_id    text COLLATE "C" NOT NULL,
+            state       text        NOT NULL CHECK (state IN ('processing', 'done')),
+            attempt     integer     NOT NULL,
+            nonce       bigint      NOT NULL,
+            fingerprint bytea,
+            first_seen  timestamptz NOT NULL,
+            lease_until timestamptz,
+            expires_at  timestamptz NOT NULL,
+            PRIMARY KEY (source, event_id)
+        ) WITH (fillfactor = 80);
+    ELSE
+        RAISE EXCEPTION 'idemgate.dedup_mode must be batched or partitioned, not %',
+            current_setting('idemgate.dedup_mode');
+    END IF;
+END
+$$;
+
+-- The sweeper's bounded deletes walk this index oldest first.
+CREATE INDEX dedup_expires_at ON dedup (expires_at);
+
+-- The audit log: append-only, one row per outcome, partitioned by month on received_at and
+-- retained by dropping whole partitions.
+CREATE TABLE history (
+    id          bigserial,
+    source      text COLLATE "C" NOT NULL,
+    event_id    text COLLATE "C" NOT NULL,
+    outcome     text        NOT NULL CHECK (outcome IN ('claimed', 'duplicate', 'in_flight',
+                    'conflict', 'reclaimed', 'completed', 'released', 'late_duplicate')),
+    attempt     integer,
+    received_at timestamptz NOT NULL,
+    -- For answers about an existing record: milliseconds since its first receipt.
+    gap_ms      bigint,
+    fingerprint bytea
+) PARTITION BY RANGE (received_at);
+
+CREATE INDEX history_key ON history (source, event_id);
+
+-- Timestamps travel to Rust as epoch milliseconds (core's Timestamp).
+CREATE FUNCTION epoch_ms(t timestamptz) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT floor(extract(epoch FROM t) * 1000)::bigint $$;
+
+-- The advisory lock key of one (source, event_id). Source names hold no ':'.
+CREATE FUNCTION key_lock(p_source text, p_event_id text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT hashtextextended(p_source || ':' || p_event_id, 0) $$;
+
+-- One claim against an existing record, or one that lost the fast path's insert: the rules table
+-- of idemgate-core's machine.rs, one key at a time. Writes the claim's history row.
+--
+-- Every statement here takes a fresh snapshot (READ COMMITTED, volatile function), so a row that a
+-- concurrent claim committed while our INSERT ... ON CONFLICT waited for it is visible to the
+-- SELECT below: "inserted nothing, saw nothing" turns into another turn of the loop, never into an
+-- answer. Writes to an existing row are compare-and-set on its nonce and state; losing one means
+-- somebody else changed the record, and the loop reads it again.
+CREATE FUNCTION claim_one(
+    p_source      text,
+    p_event_id    text,
+    p_fingerprint bytea,
+    p_lease_ms    bigint,
+    p_ttl_ms      bigint,
+    p_on_receipt  boolean,
+    p_nonce       bigint,
+    p_partitioned boolean,
+    OUT r_outcome        text,
+    OUT r_attempt        integer,
+    OUT r_nonce          bigint,
+    OUT r_first_seen_ms  bigint,
+    OUT r_state          text,
+    OUT r_retry_after_ms bigint
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_state   text := CASE WHEN p_on_receipt THEN 'done' ELSE 'processing' END;
+    v_now     timestamptz;
+    v_rec     dedup%ROWTYPE;
+    v_history text;
+    v_gap     bigint;
+    v_turns   integer := 0;
+BEGIN
+    LOOP
+        v_turns := v_turns + 1;
+        IF v_turns > 100 THEN
+            RAISE EXCEPTION 'idemgate: claim of %/% did not settle after 100 attempts',
+                p_source, p_event_id;
+        END IF;
+        v_now := clock_timestamp();
+        v_gap := NULL;
+        v_history := NULL;
+        r_retry_after_ms := NULL;
+        r_state := NULL;
+
+        IF p_partitioned THEN
+            -- Expired rows may still sit in partitions not yet dropped: only a live one counts.
+            SELECT d.* INTO v_rec FROM dedup d
+             WHERE d.source = p_source AND d.event_id = p_event_id AND d.expires_at > v_now;
+        ELSE
+            SELECT d.* INTO v_rec FROM dedup d
+             WHERE d.source = p_source AND d.event_id = p_event_id;
+        END IF;
+
+        IF NOT FOUND THEN
+            -- Absent: first receipt. Partitioned mode holds the key's lock, so nobody races
+            -- this insert; in batched mode a concurrent claim may win it, and we read again.
+            INSERT INTO dedup (source, event_id, state, attempt, nonce, fingerprint, first_seen,
+                               lease_until, expires_at)
+            VALUES (p_source, p_event_id, v_state, 1, p_nonce, p_fingerprint, v_now,
+                    CASE WHEN p_on_receipt THEN NULL ELSE v_now + p_lease_ms * interval '1 ms' END,
+                    v_now + p_ttl_ms * interval '1 ms')
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                r_outcome := 'claimed';
+                r_attempt := 1;
+                r_nonce := p_nonce;
+                r_first_seen_ms := epoch_ms(v_now);
+                EXIT;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        IF v_rec.expires_at <= v_now THEN
+            -- Expired, not yet swept (batched mode): absent, so it starts over as attempt 1.
+            UPDATE dedup
+               SET state = v_state, attempt = 1, nonce = p_nonce, fingerprint = p_fingerprint,
+                   first_seen = v_now,
+                   lease_until = CASE WHEN p_on_receipt THEN NULL
+                                      ELSE v_now + p_lease_ms * interval '1 ms' END,
+                   expires_at = v_now + p_ttl_ms * interval '1 ms'
+             WHERE source = p_source AND event_id = p_event_id AND nonce = v_rec.nonce;
+            IF FOUND THEN
+                r_outcome := 'claimed';
+                r_attempt := 1;
+                r_nonce := p_nonce;
+                r_first_seen_ms := epoch_ms(v_now);
+                EXIT;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        -- A live record: every answer below speaks of it.
+        v_gap := greatest(0, epoch_ms(v_now) - epoch_ms(v_rec.first_seen));
+        r_first_seen_ms := epoch_ms(v_rec.first_seen);
+        r_attempt := v_rec.attempt;
+
+        IF p_fingerprint IS NOT NULL AND v_rec.fingerprint IS NOT NULL
+           AND p_fingerprint <> v_rec.fingerprint THEN
+            r_outcome := 'conflict';
+            EXIT;
+        END IF;
+
+        IF v_rec.state = 'processing' AND v_rec.lease_until > v_now THEN
+            r_outcome := 'in_flight';
+            r_retry_after_ms := ceil(extract(epoch FROM v_rec.lease_until - v_now) * 1000)::bigint;
+            EXIT;
+        END IF;
+
+        IF v_rec.state = 'processing' THEN
+            -- The lease lapsed: take the claim over, same expires_at, attempt + 1.
+            UPDATE dedup
+               SET attempt = CASE WHEN v_rec.attempt < 2147483647 THEN v_rec.attempt + 1
+                                  ELSE v_rec.attempt END,
+                   nonce = p_nonce,
+                   lease_until = v_now + p_lease_ms * interval '1 ms',
+                   fingerprint = coalesce(v_rec.fingerprint, p_fingerprint)
+             WHERE source = p_source AND event_id = p_event_id
+               AND expires_at = v_rec.expires_at AND nonce = v_rec.nonce
+               AND state = 'processing';
+            IF FOUND THEN
+                r_outcome := 'claimed';
+                v_history := 'reclaimed';
+                r_attempt := CASE WHEN v_rec.attempt < 2147483647 THEN v_rec.attempt + 1
+                                  ELSE v_rec.attempt END;
+                r_nonce := p_nonce;
+                EXIT;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        r_outcome := 'duplicate';
+        r_state := v_rec.state;
+        EXIT;
+    END LOOP;
+
+    INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
+    VALUES (p_source, p_event_id, coalesce(v_history, r_outcome), r_attempt, v_now, v_gap,
+            p_fingerprint);
+END
+$$;
+
+-- A batch of claims in one call: what the group-committing batcher sends.
+--
+-- Answers one row per input element (r_idx is its 1-based position). Two claims of one key in a
+-- batch resolve as if sent one after the other in input order.
+--
+-- 1. Partitioned mode first takes the advisory lock of every key, in hash order.
+-- 2. Fast path, one statement: the first claim of each key that has no record inserts it (with its
+--    history row). Rows are inserted in key order, so two batches wait on each other's keys in one
+--    order and never in a cycle.
+-- 3. Every other element goes through claim_one, in key order then input order; it sees this
+--    batch's own earlier writes.
+CREATE FUNCTION claim_batch(
+    p_source      text[],
+    p_event_id    text[],
+    p_fingerprint bytea[],
+    p_lease_ms    bigint[],
+    p_ttl_ms      bigint[],
+    p_on_receipt  boolean[],
+    p_nonce       bigint[]
+)
+RETURNS TABLE (
+    r_idx            integer,
+    r_outcome        text,
+    r_attempt        integer,
+    r_nonce          bigint,
+    r_first_seen_ms  bigint,
+    r_state          text,
+    r_retry_after_ms bigint
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n           integer := coalesce(cardinality(p_source), 0);
+    v_now         timestamptz := clock_timestamp();
+    v_partitioned boolean;
+    v_order       integer[];
+    v_won_idx     integer[];
+    v_won         boolean[];
+    v_i           integer;
+    v_lock        bigint;
+BEGIN
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT m.value = 'partitioned' INTO v_partitioned FROM meta m WHERE m.key = 'dedup_mode';
+
+    SELECT array_agg(u.i::integer ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i)
+      INTO v_order
+      FROM unnest(p_source, p_event_id) WITH ORDINALITY AS u(s, e, i);
+
+    IF v_partitioned THEN
+        FOR v_lock IN
+            SELECT DISTINCT key_lock(u.s, u.e) FROM unnest(p_source, p_event_id) AS u(s, e)
+             ORDER BY 1
+        LOOP
+            PERFORM pg_advisory_xact_lock(v_lock);
+        END LOOP;
+    END IF;
+
+    WITH firsts AS (
+        SELECT DISTINCT ON (u.s COLLATE "C", u.e COLLATE "C")
+               u.s, u.e, u.fp, u.lease_ms, u.ttl_ms, u.rcpt, u.nc
+          FROM unnest(p_source, p_event_id, p_fingerprint, p_lease_ms, p_ttl_ms, p_on_receipt,
+                      p_nonce) WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, i)
+         ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i
+    ), ins AS (
+        INSERT INTO dedup AS d (source, event_id, state, attempt, nonce, fingerprint, first_seen,
+                                lease_until, expires_at)
+        SELECT f.s, f.e, CASE WHEN f.rcpt THEN 'done' ELSE 'processing' END, 1, f.nc, f.fp, v_now,
+               CASE WHEN f.rcpt THEN NULL ELSE v_now + f.lease_ms * interval '1 ms' END,
+               v_now + f.ttl_ms * interval '1 ms'
+          FROM firsts f
+         WHERE NOT v_partitioned
+            OR NOT EXISTS (SELECT 1 FROM dedup x
+                            WHERE x.source = f.s AND x.event_id = f.e AND x.expires_at > v_now)
+         ORDER BY f.s COLLATE "C", f.e COLLATE "C"
+        ON CONFLICT DO NOTHING
+        RETURNING d.source, d.event_id, d.nonce, d.fingerprint
+    ), hist AS (
+        INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
+        SELECT ins.source, ins.event_id, 'claimed', 1, v_now, NULL, ins.fingerprint FROM ins
+    )
+    SELECT coalesce(array_agg(u.i::integer), '{}')
+      INTO v_won_idx
+      FROM ins JOIN unnest(p_nonce) WITH ORDINALITY AS u(nc, i) ON u.nc = ins.nonce;
+
+    v_won := array_fill(false, ARRAY[v_n]);
+    FOREACH v_i IN ARRAY v_won_idx LOOP
+        v_won[v_i] := true;
+    END LOOP;
+
+    FOREACH v_i IN ARRAY v_order LOOP
+        r_idx := v_i;
+        IF v_won[v_i] THEN
+            r_outcome := 'claimed';
+            r_attempt := 1;
+            r_nonce := p_nonce[v_i];
+            r_first_seen_ms := epoch_ms(v_now);
+            r_state := NULL;
+            r_retry_after_ms := NULL;
+        ELSE
+            SELECT c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
+                   c.r_retry_after_ms
+              INTO r_outcome, r_attempt, r_nonce, r_first_seen_ms, r_state, r_retry_after_ms
+              FROM claim_one(p_source[v_i], p_event_id[v_i], p_fingerprint[v_i], p_lease_ms[v_i],
+                             p_ttl_ms[v_i], p_on_receipt[v_i], p_nonce[v_i], v_partitioned) AS c;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- complete(token): true when the token holds the live record (now done), false when stale.
+CREATE FUNCTION complete_claim(p_source text, p_event_id text, p_attempt integer, p_nonce bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_fp  bytea;
+BEGIN
+    UPDATE dedup SET state = 'done', lease_until = NULL
+     WHERE source = p_source AND event_id = p_event_id AND expires_at > v_now
+       AND attempt = p_attempt AND nonce = p_nonce AND state = 'processing'
+    RETURNING fingerprint INTO v_fp;
+    IF FOUND THEN
+        INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
+        VALUES (p_source, p_event_id, 'completed', p_attempt, v_now, NULL, v_fp);
+        RETURN true;
+    END IF;
+    -- Already done under this very token: nothing to change, not an error.
+    RETURN EXISTS (SELECT 1 FROM dedup
+                    WHERE source = p_source AND event_id = p_event_id AND expires_at > v_now
+                      AND attempt = p_attempt AND nonce = p_nonce);
+END
+$$;
+
+-- release(token): deletes the live record the token holds; false when the token is stale.
+CREATE FUNCTION release_claim(p_source text, p_event_id text, p_attempt integer, p_nonce bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_fp  bytea;
+BEGIN
+    DELETE FROM dedup
+     WHERE source = p_source AND event_id = p_event_id AND expires_at > v_now
+       AND attempt = p_attempt AND nonce = p_nonce
+    RETURNING fingerprint INTO v_fp;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
+    VALUES (p_source, p_event_id, 'released', p_attempt, v_now, NULL, v_fp);
+    RETURN true;
+END
+$$;
+
+-- Creates the partitions that rows written up to p_history_until / p_dedup_until need: history by
+-- calendar month (UTC), dedup (partitioned mode) by the width recorded in meta, aligned to the
+-- epoch. Returns the names of the partitions it created. Serialized per schema by an advisory lock.
+CREATE FUNCTION ensure_partitions(p_history_until timestamptz, p_dedup_until timestamptz)
+RETURNS SETOF text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_width  interval;
+    v_month  timestamp;
+    v_lo     timestamptz;
+    v_name   text;
+    v_count  integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('idemgate:partitions:' || current_schema(), 0));
+
+    -- Month arithmetic on UTC wall time, whatever the session's TimeZone.
+    v_month := date_trunc('month', now() AT TIME ZONE 'UTC');
+    WHILE v_month AT TIME ZONE 'UTC' <= p_history_until LOOP
+        v_name := 'history_' || to_char(v_month, '"y"YYYY"m"MM');
+        IF to_regclass(v_name) IS NULL THEN
+            EXECUTE format('CREATE TABLE %I PARTITION OF history FOR VALUES FROM (%L) TO (%L)',
+                           v_name, v_month AT TIME ZONE 'UTC',
+                           (v_month + interval '1 month') AT TIME ZONE 'UTC');
+            RETURN NEXT v_name;
+        END IF;
+        v_month := v_month + interval '1 month';
+    END LOOP;
+
+    SELECT make_interval(secs => m.value::bigint) INTO v_width
+      FROM meta m WHERE m.key = 'partition_width_s' AND m.value <> '';
+    IF v_width IS NULL THEN
+        RETURN;
+    END IF;
+    v_count := ceil(extract(epoch FROM p_dedup_until - now()) / extract(epoch FROM v_width));
+    IF v_count > 10000 THEN
+        RAISE EXCEPTION 'idemgate: % dedup partitions of % would be needed to reach %; choose a wider partition width',
+            v_count, v_width, p_dedup_until;
+    END IF;
+    v_lo := to_timestamp(floor(extract(epoch FROM now()) / extract(epoch FROM v_width))
+                         * extract(epoch FROM v_width));
+    WHILE v_lo <= p_dedup_until LOOP
+        v_name := 'dedup_' || to_char(v_lo AT TIME ZONE 'UTC', '"p"YYYYMMDD"t"HH24MISS');
+        IF to_regclass(v_name) IS NULL THEN
+            EXECUTE format('CREATE TABLE %I PARTITION OF dedup FOR VALUES FROM (%L) TO (%L)',
+                           v_name, v_lo, v_lo + v_width);
+            RETURN NEXT v_name;
+        END IF;
+        v_lo := v_lo + v_width;
+    END LOOP;
+END
+$$;
+
+-- Drops dedup partitions whose upper bound has passed (every row in them expired) and history
+-- partitions whose upper bound is older than p_history_retention. Returns the dropped names.
+CREATE FUNCTION drop_expired_partitions(p_history_retention interval)
+RETURNS SETOF text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_part record;
+    v_upper timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('idemgate:partitions:' || current_schema(), 0));
+    FOR v_part IN
+        SELECT c.relname AS name, parent.relname AS parent,
+               pg_get_expr(c.relpartbound, c.oid) AS bound
+          FROM pg_inherits i
+          JOIN pg_class c ON c.oid = i.inhrelid
+          JOIN pg_class parent ON parent.oid = i.inhparent
+         WHERE i.inhparent IN ('dedup'::regclass, 'history'::regclass)
+         ORDER BY 1
+    LOOP
+        v_upper := substring(v_part.bound FROM 'TO \(''([^'']+)''\)')::timestamptz;
+        CONTINUE WHEN v_upper IS NULL;
+        IF (v_part.parent = 'dedup' AND v_upper <= now())
+           OR (v_part.parent = 'history' AND v_upper <= now() - p_history_retention) THEN
+            EXECUTE format('DROP TABLE %I', v_part.name);
+            RETURN NEXT v_part.name;
+        END IF;
+    END LOOP;
+END
+$$;

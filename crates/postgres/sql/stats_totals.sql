@@ -1,0 +1,3 @@
+SELECT (SELECT count(*) FROM history)::bigint,
+       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('dedup'))::bigint
+     + (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('history'))::bigint

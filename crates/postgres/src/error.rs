@@ -1,0 +1,116 @@
+//! [`PgError`]: what can go wrong in this crate, and how it becomes core's [`StoreError`].
+
+use idemgate_core::StoreError;
+use tokio_postgres::error::SqlState;
+
+use crate::config::ConfigError;
+
+/// Why a PostgreSQL store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The server could not be reached or refused the connection.
+    #[error("cannot connect to PostgreSQL at {target}")]
+    Connect {
+        target: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The schema was migrated by a newer idemgate. Nothing was changed.
+    #[error(
+        "schema {schema:?} was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"
+    )]
+    NewerSchema {
+        schema: String,
+        found: i64,
+        known: i64,
+    },
+    /// The schema was created for the other expiry mode (or another partition width).
+    #[error(
+        "schema {schema:?} keeps dedup records {stored}, but the configuration asks for {configured}; use another schema or the mode it was created with"
+    )]
+    ModeMismatch {
+        schema: String,
+        stored: String,
+        configured: String,
+    },
+    /// A connection could not be had from the pool.
+    #[error("getting a PostgreSQL connection from the pool")]
+    Pool {
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// The pool could not be built.
+    #[error("building the PostgreSQL connection pool")]
+    PoolBuild {
+        #[source]
+        source: deadpool_postgres::BuildError,
+    },
+    /// A statement failed; `context` says which.
+    #[error("PostgreSQL failed while {context}")]
+    Db {
+        context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database answered something this build does not understand.
+    #[error("unexpected answer from PostgreSQL while {context}: {what}")]
+    Unexpected { context: &'static str, what: String },
+    /// A sweep batch failed.
+    #[error("sweeping expired records")]
+    Sweep {
+        #[source]
+        source: StoreError,
+    },
+    /// The store is shut down.
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl PgError {
+    /// Wraps a statement error with what was being done.
+    pub(crate) fn db(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Self {
+        move |source| Self::Db { context, source }
+    }
+
+    fn db_source(&self) -> Option<&tokio_postgres::Error> {
+        match self {
+            Self::Db { source, .. } => Some(source),
+            Self::Pool {
+                source: deadpool_postgres::PoolError::Backend(source),
+            } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// A row needed a partition that does not exist yet (history at a month boundary, dedup
+    /// beyond the partitions created ahead).
+    pub(crate) fn is_missing_partition(&self) -> bool {
+        self.db_source()
+            .and_then(tokio_postgres::Error::as_db_error)
+            .is_some_and(|db| {
+                *db.code() == SqlState::CHECK_VIOLATION
+                    && db.message().starts_with("no partition of relation")
+            })
+    }
+
+    /// A deadlock PostgreSQL broke by aborting us; running the batch again is safe.
+    pub(crate) fn is_deadlock(&self) -> bool {
+        self.db_source()
+            .and_then(tokio_postgres::Error::code)
+            .is_some_and(|code| *code == SqlState::T_R_DEADLOCK_DETECTED)
+    }
+}
+
+impl From<PgError> for StoreError {
+    fn from(e: PgError) -> Self {
+        match e {
+            PgError::NewerSchema { found, known, .. } => StoreError::NewerSchema { found, known },
+            PgError::Closed => StoreError::Closed,
+            PgError::Sweep { source } => source,
+            other => StoreError::backend(format!("postgres store: {other}"), other),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Versioned migrations: `.sql` files applied in one transaction under an advisory lock.
+//!
+//! Two processes migrating at once serialize on the lock; the second finds the work done. A
+//! schema migrated by a newer idemgate is refused before anything is changed, and a failing
+//! migration rolls back whole: PostgreSQL's DDL is transactional, so nothing is ever
+//! half-migrated.
+
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::PgConfig;
+use crate::error::PgError;
+
+/// One migration: a version and the SQL that brings the schema to it.
+#[derive(Debug)]
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../sql/migrations/0001_init.sql"),
+}];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// The schema migrated.
+    pub schema: String,
+    /// Versions applied by this call, oldest first (empty when the schema was up to date).
+    pub applied: Vec<i64>,
+    /// The schema's version now.
+    pub version: i64,
+}
+
+/// Brings `cfg.schema` up to [`SCHEMA_VERSION`], creating the schema if needed.
+///
+/// Safe to run from several processes at once and to run again.
+///
+/// # Errors
+/// [`PgError::Config`] for a bad configuration, [`PgError::Connect`] when the server cannot be
+/// reached, [`PgError::NewerSchema`] when a newer idemgate migrated the schema (nothing changed),
+/// [`PgError::ModeMismatch`] when the schema was created for the other expiry mode, and
+/// [`PgError::Db`] when a statement fails (the migration rolled back).
+pub async fn migrate(cfg: &PgConfig) -> Result<MigrateReport, PgError> {
+    cfg.validate()?;
+    let mut client = connect_one(cfg).await?;
+    migrate_on(&mut client, cfg).await
+}
+
+/// One connection outside the pool, its driver task spawned.
+pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
+    let pg = cfg.pg_config()?;
+    let (client, connection) = pg.connect(NoTls).await.map_err(|source| PgError::Connect {
+        target: cfg.target(),
+        source,
+    })?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "migration connection closed");
+        }
+    });
+    Ok(client)
+}
+
+async fn migrate_on(client: &mut Client, cfg: &PgConfig) -> Result<MigrateReport, PgError> {
+    let schema = cfg.schema.as_str();
+    let tx = client
+        .transaction()
+        .await
+        .map_err(PgError::db("starting the migration transaction"))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('idemgate:migrate:' || $1::text, 0))",
+        &[&schema],
+    )
+    .await
+    .map_err(PgError::db("taking the migration lock"))?;
+    // The schema name is a validated plain identifier.
+    tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .await
+        .map_err(PgError::db("creating the schema"))?;
+    tx.batch_execute(include_str!("../sql/schema_migrations.sql"))
+        .await
+        .map_err(PgError::db("creating the migrations table"))?;
+    let found: i64 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(PgError::db("reading the schema version"))?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        // Dropping `tx` rolls back: nothing was changed.
+        return Err(PgError::NewerSchema {
+            schema: schema.to_owned(),
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+
+    let width = cfg
+        .expiry
+        .width_secs()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tx.execute(
+            "SELECT set_config('idemgate.dedup_mode', $1, true), \
+                    set_config('idemgate.partition_width_s', $2, true)",
+            &[&cfg.expiry.mode(), &width],
+        )
+        .await
+        .map_err(PgError::db("setting the migration's parameters"))?;
+        tx.batch_execute(m.sql)
+            .await
+            .map_err(PgError::db("applying a migration"))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await
+        .map_err(PgError::db("recording a migration"))?;
+        tracing::info!(
+            schema,
+            version = m.version,
+            name = m.name,
+            "applied migration"
+        );
+        applied.push(m.version);
+    }
+
+    check_mode(&tx, cfg).await?;
+    tx.commit()
+        .await
+        .map_err(PgError::db("committing the migration"))?;
+    Ok(MigrateReport {
+        schema: schema.to_owned(),
+        applied,
+        version: SCHEMA_VERSION,
+    })
+}
+
+/// Refuses a schema created for another expiry mode or partition width.
+async fn check_mode(
+    client: &impl tokio_postgres::GenericClient,
+    cfg: &PgConfig,
+) -> Result<(), PgError> {
+    let rows = client
+        .query(
+            "SELECT key, value FROM meta WHERE key IN ('dedup_mode', 'partition_width_s')",
+            &[],
+        )
+        .await
+        .map_err(PgError::db("reading the schema's expiry mode"))?;
+    let get = |k: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, &str>(0) == k)
+            .map(|r| r.get::<_, String>(1))
+            .unwrap_or_default()
+    };
+    let describe = |mode: &str, width: &str| match mode {
+        "partitioned" => format!("in partitioned mode ({width} s partitions)"),
+        other => format!("in {other} mode"),
+    };
+    let stored = describe(&get("dedup_mode"), &get("partition_width_s"));
+    let configured = describe(
+        cfg.expiry.mode(),
+        &cfg.expiry
+            .width_secs()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    );
+    if stored == configured {
+        Ok(())
+    } else {
+        Err(PgError::ModeMismatch {
+            schema: cfg.schema.clone(),
+            stored,
+            configured,
+        })
+    }
+}

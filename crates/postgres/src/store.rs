@@ -1,0 +1,388 @@
+//! [`PgStore`]: the store traits on a connection pool, claims through the group-commit batcher.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, HistoryEntry,
+    HistoryOutcome, Key, Record, RecordState, SourceName, SourceStats, Stats, StoreError,
+    StoreStats, Sweep, Timestamp,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::NoTls;
+
+use crate::batch::{self, Pending};
+use crate::config::PgConfig;
+use crate::error::PgError;
+use crate::migrate::migrate;
+
+const COMPLETE: &str = include_str!("../sql/complete.sql");
+const RELEASE: &str = include_str!("../sql/release.sql");
+const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
+const LOOKUP_HISTORY: &str = include_str!("../sql/lookup_history.sql");
+const SWEEP_BATCH: &str = include_str!("../sql/sweep_batch.sql");
+const STATS_SOURCES: &str = include_str!("../sql/stats_sources.sql");
+const STATS_TOTALS: &str = include_str!("../sql/stats_totals.sql");
+
+/// The PostgreSQL store. Clones share one pool and one batcher; the batcher stops once the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Db,
+    claims: mpsc::Sender<Pending>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("target", &self.inner.db.cfg.target())
+            .field("schema", &self.inner.db.cfg.schema)
+            .field("expiry", &self.inner.db.cfg.expiry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the store and its batcher share: the pool and the configuration.
+#[derive(Clone)]
+pub(crate) struct Db {
+    pub(crate) pool: Pool,
+    pub(crate) cfg: Arc<PgConfig>,
+    /// The longest TTL claimed so far (ms): how far ahead dedup partitions must reach.
+    pub(crate) max_ttl_ms: Arc<AtomicU64>,
+}
+
+impl PgStore {
+    /// Validates `cfg`, migrates the schema, creates the partitions needed ahead and starts the
+    /// claim batcher (on the current tokio runtime).
+    ///
+    /// # Errors
+    /// Everything [`migrate`] refuses ([`PgError::Config`], [`PgError::Connect`],
+    /// [`PgError::NewerSchema`], [`PgError::ModeMismatch`]), and [`PgError::Db`] when the
+    /// partitions cannot be created.
+    pub async fn connect(cfg: PgConfig) -> Result<Self, PgError> {
+        migrate(&cfg).await?;
+        let manager = Manager::from_config(
+            cfg.pg_config()?,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(cfg.pool_size.get())
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|source| PgError::PoolBuild { source })?;
+        let db = Db {
+            pool,
+            cfg: Arc::new(cfg),
+            max_ttl_ms: Arc::new(AtomicU64::new(0)),
+        };
+        db.ensure_partitions(0).await?;
+        let (tx, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
+        tokio::spawn(batch::run(db.clone(), rx));
+        Ok(Self {
+            inner: Arc::new(Inner { db, claims: tx }),
+        })
+    }
+
+    /// The configuration the store runs with.
+    pub fn config(&self) -> &PgConfig {
+        &self.inner.db.cfg
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.db
+    }
+}
+
+impl Db {
+    pub(crate) async fn client(&self) -> Result<Object, PgError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|source| PgError::Pool { source })
+    }
+
+    /// Runs `op`; when it needed a partition that does not exist yet, creates the partitions
+    /// (`ttl_ms` ahead for dedup rows) and runs it once more.
+    pub(crate) async fn with_partitions<T, F, Fut>(&self, ttl_ms: u64, op: F) -> Result<T, PgError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, PgError>>,
+    {
+        match op().await {
+            Err(e) if e.is_missing_partition() => {
+                tracing::info!(schema = %self.cfg.schema, "a row needed a partition not yet created; creating partitions");
+                self.ensure_partitions(ttl_ms).await?;
+                op().await
+            }
+            other => other,
+        }
+    }
+
+    async fn finish(
+        &self,
+        token: &ClaimToken,
+        sql: &'static str,
+        context: &'static str,
+    ) -> Result<(), StoreError> {
+        let Ok(attempt) = i32::try_from(token.attempt) else {
+            return Err(stale(token));
+        };
+        // The nonce travels as bigint, bit for bit.
+        let nonce = token.nonce as i64;
+        let held: bool = self
+            .with_partitions(0, || async {
+                let client = self.client().await?;
+                let stmt = client
+                    .prepare_cached(sql)
+                    .await
+                    .map_err(PgError::db(context))?;
+                let row = client
+                    .query_one(
+                        &stmt,
+                        &[
+                            &token.key.source.as_str(),
+                            &token.key.event_id.as_str(),
+                            &attempt,
+                            &nonce,
+                        ],
+                    )
+                    .await
+                    .map_err(PgError::db(context))?;
+                Ok(row.get(0))
+            })
+            .await?;
+        if held { Ok(()) } else { Err(stale(token)) }
+    }
+}
+
+fn stale(token: &ClaimToken) -> StoreError {
+    StoreError::StaleToken {
+        key: token.key.clone(),
+        attempt: token.attempt,
+    }
+}
+
+/// Milliseconds for SQL intervals, capped at 100 years so no interval overflows.
+pub(crate) fn millis(d: Duration) -> i64 {
+    const CAP: u128 = 100 * 365 * 86_400 * 1_000;
+    d.as_millis().min(CAP) as i64
+}
+
+fn ms(v: i64) -> Duration {
+    Duration::from_millis(u64::try_from(v).unwrap_or(0))
+}
+
+fn unexpected(context: &'static str, what: impl Into<String>) -> PgError {
+    PgError::Unexpected {
+        context,
+        what: what.into(),
+    }
+}
+
+fn fingerprint(
+    bytes: Option<Vec<u8>>,
+    context: &'static str,
+) -> Result<Option<Fingerprint>, PgError> {
+    bytes
+        .map(|b| {
+            Fingerprint::from_slice(&b)
+                .ok_or_else(|| unexpected(context, format!("a fingerprint of {} bytes", b.len())))
+        })
+        .transpose()
+}
+
+impl ClaimStore for PgStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let ttl = u64::try_from(millis(req.ttl)).unwrap_or(0);
+        self.inner.db.max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            req,
+            nonce: idemgate_core::machine::nonce(),
+            reply,
+        };
+        self.inner
+            .claims
+            .send(pending)
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.inner
+            .db
+            .finish(token, COMPLETE, "completing a claim")
+            .await
+    }
+
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.inner
+            .db
+            .finish(token, RELEASE, "releasing a claim")
+            .await
+    }
+
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        const CONTEXT: &str = "looking an event up";
+        let client = self.inner.db.client().await?;
+        let (rec_stmt, hist_stmt) = tokio::try_join!(
+            client.prepare_cached(LOOKUP_RECORD),
+            client.prepare_cached(LOOKUP_HISTORY)
+        )
+        .map_err(PgError::db(CONTEXT))?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+            [&key.source.as_str(), &key.event_id.as_str()];
+        // Sent together: one round trip.
+        let (records, history) = tokio::try_join!(
+            client.query(&rec_stmt, &params),
+            client.query(&hist_stmt, &params)
+        )
+        .map_err(PgError::db(CONTEXT))?;
+
+        let record = records
+            .first()
+            .map(|row| -> Result<Record, PgError> {
+                let state: &str = row.get(0);
+                Ok(Record {
+                    state: RecordState::parse(state)
+                        .ok_or_else(|| unexpected(CONTEXT, format!("record state {state:?}")))?,
+                    attempt: u32::try_from(row.get::<_, i32>(1))
+                        .map_err(|_| unexpected(CONTEXT, "a negative attempt"))?,
+                    nonce: row.get::<_, i64>(2) as u64,
+                    fingerprint: fingerprint(row.get(3), CONTEXT)?,
+                    first_seen: Timestamp::from_millis(row.get(4)),
+                    lease_until: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
+                    expires_at: Timestamp::from_millis(row.get(6)),
+                })
+            })
+            .transpose()?;
+        let history = history
+            .iter()
+            .map(|row| -> Result<HistoryEntry, PgError> {
+                let outcome: &str = row.get(0);
+                Ok(HistoryEntry {
+                    outcome: HistoryOutcome::parse(outcome).ok_or_else(|| {
+                        unexpected(CONTEXT, format!("history outcome {outcome:?}"))
+                    })?,
+                    attempt: row
+                        .get::<_, Option<i32>>(1)
+                        .map(|a| u32::try_from(a).unwrap_or(0)),
+                    at: Timestamp::from_millis(row.get(2)),
+                    gap: row.get::<_, Option<i64>>(3).map(ms),
+                    fingerprint: fingerprint(row.get(4), CONTEXT)?,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(EventView {
+            key: key.clone(),
+            record,
+            history,
+        })
+    }
+}
+
+impl Sweep for PgStore {
+    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        const CONTEXT: &str = "deleting a batch of expired records";
+        let client = self.inner.db.client().await?;
+        let stmt = client
+            .prepare_cached(SWEEP_BATCH)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let rows = client
+            .execute(&stmt, &[&i64::from(batch.get())])
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        Ok(rows)
+    }
+}
+
+impl Stats for PgStore {
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        const CONTEXT: &str = "counting records";
+        let client = self.inner.db.client().await?;
+        let (sources, totals) = tokio::try_join!(
+            client.query(STATS_SOURCES, &[]),
+            client.query_one(STATS_TOTALS, &[])
+        )
+        .map_err(PgError::db(CONTEXT))?;
+        let count = |v: i64| u64::try_from(v).unwrap_or(0);
+        let per_source = sources
+            .iter()
+            .map(|row| -> Result<SourceStats, PgError> {
+                let name: &str = row.get(0);
+                Ok(SourceStats {
+                    source: SourceName::new(name)
+                        .map_err(|e| unexpected(CONTEXT, e.to_string()))?,
+                    live: count(row.get(1)),
+                    expired: count(row.get(2)),
+                    oldest: row.get::<_, Option<i64>>(3).map(Timestamp::from_millis),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(StoreStats {
+            live: per_source.iter().map(|s| s.live).sum(),
+            expired: per_source.iter().map(|s| s.expired).sum(),
+            oldest: per_source.iter().filter_map(|s| s.oldest).min(),
+            per_source,
+            size_bytes: Some(count(totals.get(1))),
+            history_rows: count(totals.get(0)),
+        })
+    }
+}
+
+/// Maps one row of `claim_batch` to its outcome.
+pub(crate) fn outcome_of(key: &Key, row: &tokio_postgres::Row) -> Result<ClaimOutcome, PgError> {
+    const CONTEXT: &str = "claiming";
+    let outcome: &str = row.get(1);
+    let attempt: Option<i32> = row.get(2);
+    let first_seen = || -> Result<Timestamp, PgError> {
+        row.get::<_, Option<i64>>(4)
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| unexpected(CONTEXT, "no first_seen"))
+    };
+    Ok(match outcome {
+        "claimed" => ClaimOutcome::Claimed {
+            token: ClaimToken {
+                key: key.clone(),
+                attempt: attempt
+                    .and_then(|a| u32::try_from(a).ok())
+                    .ok_or_else(|| unexpected(CONTEXT, "a claim without an attempt"))?,
+                nonce: row
+                    .get::<_, Option<i64>>(3)
+                    .ok_or_else(|| unexpected(CONTEXT, "a claim without a nonce"))?
+                    as u64,
+            },
+        },
+        "duplicate" => {
+            let state: Option<&str> = row.get(5);
+            ClaimOutcome::Duplicate {
+                first_seen: first_seen()?,
+                state: state
+                    .and_then(RecordState::parse)
+                    .ok_or_else(|| unexpected(CONTEXT, format!("record state {state:?}")))?,
+            }
+        }
+        "in_flight" => ClaimOutcome::InFlight {
+            retry_after: ms(row.get::<_, Option<i64>>(6).unwrap_or(0)),
+        },
+        "conflict" => ClaimOutcome::Conflict {
+            first_seen: first_seen()?,
+        },
+        other => return Err(unexpected(CONTEXT, format!("claim outcome {other:?}"))),
+    })
+}

@@ -1,0 +1,153 @@
+//! Shared by the live PostgreSQL tests: the server's URL, a uniquely named schema per test that
+//! is dropped when the test ends (pass or fail), and the conformance harness.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemgate_core::testkit::{RealTimeHarness, require_service};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Key, StoreError, Sweep,
+};
+use idemgate_postgres::{Expiry, PgConfig, PgError, PgStore};
+
+pub const WHAT_TO_START: &str = "start PostgreSQL on 127.0.0.1:5432 (user root, database test, trust auth) or set IDEMGATE_TEST_POSTGRES to a server's URL";
+
+/// The test server's URL, read at run time.
+pub fn url() -> String {
+    std::env::var("IDEMGATE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://root@localhost/test".to_owned())
+}
+
+/// A schema name no other test uses.
+pub fn unique_schema() -> String {
+    format!(
+        "idemgate_test_{}_{:016x}",
+        std::process::id(),
+        idemgate_core::machine::nonce()
+    )
+}
+
+/// Drops its schema when dropped: at the end of the test, and while a failing test unwinds.
+#[derive(Debug)]
+pub struct SchemaGuard {
+    pub schema: String,
+}
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        let schema = self.schema.clone();
+        // Its own thread and runtime: a Drop cannot await, and the test's runtime may be busy.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let Ok((client, conn)) =
+                    tokio_postgres::connect(&url(), tokio_postgres::NoTls).await
+                else {
+                    return;
+                };
+                tokio::spawn(conn);
+                if let Err(e) = client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+                {
+                    eprintln!("could not drop test schema {schema}: {e}");
+                }
+            });
+        })
+        .join();
+        if done.is_err() {
+            eprintln!("could not drop test schema {}", self.schema);
+        }
+    }
+}
+
+/// A test's configuration: the test server, a fresh schema, `expiry`.
+pub fn config(expiry: Expiry) -> (PgConfig, SchemaGuard) {
+    let schema = unique_schema();
+    let mut cfg = PgConfig::new(url());
+    cfg.schema = schema.clone();
+    cfg.pool_size = std::num::NonZeroUsize::new(6).unwrap();
+    cfg.expiry = expiry;
+    (cfg, SchemaGuard { schema })
+}
+
+/// Connects, or skips (fails under CI) when the server is unreachable.
+pub async fn connect(cfg: PgConfig) -> Option<PgStore> {
+    let result = PgStore::connect(cfg).await;
+    // Only an unreachable server is a reason to skip; any other error is a failure.
+    match result {
+        Err(e @ PgError::Connect { .. }) => require_service(Err::<PgStore, _>(e), WHAT_TO_START),
+        other => Some(other.expect("connect")),
+    }
+}
+
+/// A store on a fresh schema that is dropped when the last clone goes.
+#[derive(Debug, Clone)]
+pub struct TestStore {
+    pub store: PgStore,
+    pub guard: Arc<SchemaGuard>,
+}
+
+impl TestStore {
+    pub async fn new(expiry: Expiry) -> Option<Self> {
+        let (cfg, guard) = config(expiry);
+        let store = connect(cfg).await?;
+        Some(Self {
+            store,
+            guard: Arc::new(guard),
+        })
+    }
+}
+
+impl ClaimStore for TestStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.store.claim(req).await
+    }
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.store.complete(token).await
+    }
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.store.release(token).await
+    }
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        self.store.lookup(key).await
+    }
+}
+
+impl Sweep for TestStore {
+    async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
+        self.store.sweep_expired(batch).await
+    }
+}
+
+/// The conformance harness on a fresh schema.
+pub async fn harness(expiry: Expiry) -> Option<RealTimeHarness<TestStore>> {
+    Some(RealTimeHarness {
+        store: TestStore::new(expiry).await?,
+    })
+}
+
+/// Partitioned mode with one-hour partitions: the suite's one-hour TTLs stay a few partitions
+/// ahead.
+pub fn partitioned_hourly() -> Expiry {
+    Expiry::Partitioned {
+        width: Duration::from_secs(3_600),
+    }
+}
+
+/// A raw connection to the test server with `schema` on the search path.
+pub async fn raw(schema: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("SET search_path = \"{schema}\""))
+        .await
+        .unwrap();
+    client
+}
