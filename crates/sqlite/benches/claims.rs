@@ -115,9 +115,17 @@ fn claims(c: &mut Criterion) {
                 b.iter_custom(|iters| plain_inserts(&plain, n, iters));
             },
         );
+        let before = store.writer_stats();
         group.bench_with_input(BenchmarkId::new("idemgate", callers), &callers, |b, &n| {
             b.iter_custom(|iters| rt.block_on(idemgate_claims(&store, n, iters)));
         });
+        let after = store.writer_stats();
+        println!(
+            "idemgate/{callers}: {:.1} claims per commit on average, {} at most",
+            (after.commands - before.commands) as f64
+                / (after.commits - before.commits).max(1) as f64,
+            after.largest_batch
+        );
     }
     group.finish();
 }

@@ -28,7 +28,10 @@ use idemgate_core::{
     Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, oneshot};
 
 use crate::writer::Command;
 pub use crate::writer::WriterStats;
@@ -48,6 +51,9 @@ const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fing
 pub struct SqliteOptions {
     /// The most commands one transaction takes.
     pub batch_max: usize,
+    /// How long the writer may wait for more commands when fewer are waiting than recent batches
+    /// held. A lone caller never waits: its batch size is one.
+    pub linger: Duration,
     /// The store's clock.
     pub clock: Arc<dyn Clock>,
 }
@@ -56,6 +62,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         Self {
             batch_max: 1024,
+            linger: Duration::from_micros(500),
             clock: Arc::new(SystemClock),
         }
     }
@@ -70,6 +77,8 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     commands: mpsc::Sender<Command>,
+    /// Bounds the commands waiting for the writer (backpressure).
+    permits: Semaphore,
     counters: Arc<writer::Counters>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
@@ -103,12 +112,24 @@ impl SqliteStore {
         let path = dir.join(DB_FILE);
         let mut conn = open_connection(&path, false)?;
         migrate(&mut conn, &path)?;
-        let (commands, rx) = mpsc::channel(opts.batch_max.max(1) * 4);
+        let (commands, rx) = mpsc::channel();
         let counters = Arc::new(writer::Counters::default());
-        writer::spawn(conn, rx, opts.batch_max.max(1), opts.clock.clone(), counters.clone(), &path)?;
+        let batch_max = opts.batch_max.max(1);
+        writer::spawn(
+            conn,
+            rx,
+            writer::Batching {
+                max: batch_max,
+                linger: opts.linger,
+            },
+            opts.clock.clone(),
+            counters.clone(),
+            &path,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 commands,
+                permits: Semaphore::new(batch_max * 4),
                 counters,
                 readers: Mutex::default(),
                 path,
@@ -131,11 +152,16 @@ impl SqliteStore {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
         let (tx, rx) = oneshot::channel();
         self.inner
             .commands
             .send(make(tx))
-            .await
             .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }

@@ -15,8 +15,11 @@ use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcom
 use idemgate_core::machine::{self, FinishStep};
 use idemgate_core::store::StoreError;
 use idemgate_core::{Clock, Fingerprint, Key, Timestamp};
-use rusqlite::{Connection, Transaction, params};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{Connection, params};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use crate::{read_record, sql};
 
@@ -65,171 +68,201 @@ pub(crate) enum Command {
     Sweep(NonZeroU32, Reply<u64>),
 }
 
-/// An answer held until the batch commits.
-enum Pending {
-    Claim(Reply<ClaimOutcome>, Result<ClaimOutcome, StoreError>),
-    Unit(Reply<()>, Result<(), StoreError>),
-    Count(Reply<u64>, Result<u64, StoreError>),
+/// A command's answer, held until its transaction commits.
+enum Answer {
+    Claim(Result<ClaimOutcome, StoreError>),
+    Unit(Result<(), StoreError>),
+    Count(Result<u64, StoreError>),
 }
 
-impl Pending {
-    /// Sends the answer, or the commit's failure instead of a success.
-    fn answer(self, commit: Result<(), &rusqlite::Error>) {
-        fn pick<T>(
-            result: Result<T, StoreError>,
-            commit: Result<(), &rusqlite::Error>,
-        ) -> Result<T, StoreError> {
-            match (result, commit) {
-                (Ok(_), Err(e)) => Err(StoreError::backend(
-                    "the transaction did not commit",
-                    e.to_string(),
-                )),
-                (result, _) => result,
-            }
+impl Answer {
+    /// Whether the engine failed (a stale token is an answer, not a failure).
+    fn failed(&self) -> bool {
+        let backend = |e: &StoreError| matches!(e, StoreError::Backend { .. });
+        match self {
+            Self::Claim(r) => r.as_ref().err().is_some_and(backend),
+            Self::Unit(r) => r.as_ref().err().is_some_and(backend),
+            Self::Count(r) => r.as_ref().err().is_some_and(backend),
         }
-        // A caller that stopped waiting has no one to tell.
-        let _ = match self {
-            Self::Claim(tx, r) => tx.send(pick(r, commit)).map_err(drop),
-            Self::Unit(tx, r) => tx.send(pick(r, commit)).map_err(drop),
-            Self::Count(tx, r) => tx.send(pick(r, commit)).map_err(drop),
-        };
+    }
+}
+
+impl Command {
+    /// Sends `answer` (or, when the batch failed, the batch's error) to the caller. A caller that
+    /// stopped waiting has no one to tell.
+    fn reply(self, answer: Result<Answer, &str>) {
+        fn pick<T>(
+            answer: Result<Answer, &str>,
+            take: impl FnOnce(Answer) -> Option<Result<T, StoreError>>,
+        ) -> Result<T, StoreError> {
+            let why = match answer {
+                Ok(a) => match take(a) {
+                    Some(r) => return r,
+                    None => "the writer mixed up its answers",
+                },
+                Err(why) => why,
+            };
+            Err(StoreError::backend(
+                "the transaction did not commit",
+                why.to_owned(),
+            ))
+        }
+        match self {
+            Command::Claim(_, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Claim(r) => Some(r),
+                _ => None,
+            }))),
+            Command::Complete(_, tx) | Command::Release(_, tx) => {
+                drop(tx.send(pick(answer, |a| match a {
+                    Answer::Unit(r) => Some(r),
+                    _ => None,
+                })))
+            }
+            Command::Sweep(_, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Count(r) => Some(r),
+                _ => None,
+            }))),
+        }
     }
 }
 
 pub(crate) fn spawn(
     conn: Connection,
     rx: mpsc::Receiver<Command>,
-    batch_max: usize,
+    batching: Batching,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
     path: &Path,
 ) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("idemgate-sqlite-writer".into())
-        .spawn(move || run(conn, rx, batch_max, &*clock, &counters))
+        .spawn(move || run(conn, &rx, batching, &*clock, &counters))
         .map(drop)
         .map_err(|e| {
             StoreError::backend(format!("cannot start the writer for {}", path.display()), e)
         })
 }
 
+/// How the writer gathers a batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Batching {
+    pub max: usize,
+    pub linger: Duration,
+}
+
+/// How many recent batch sizes the writer remembers when deciding whether to wait for more.
+const RECENT: usize = 8;
+
 fn run(
     mut conn: Connection,
-    mut rx: mpsc::Receiver<Command>,
-    batch_max: usize,
+    rx: &mpsc::Receiver<Command>,
+    batching: Batching,
     clock: &dyn Clock,
     counters: &Counters,
 ) {
-    let mut batch = Vec::with_capacity(batch_max);
-    while let Some(first) = rx.blocking_recv() {
+    let mut batch = Vec::with_capacity(batching.max);
+    let mut recent = [1usize; RECENT];
+    let mut turn = 0;
+    while let Ok(first) = rx.recv() {
         batch.push(first);
-        while batch.len() < batch_max {
+        // Callers answered by the last commits come back with their next command within a few
+        // microseconds; committing before they do halves the batch. Wait for as many commands as
+        // recent batches held, but never longer than `linger`.
+        let target = recent.iter().copied().max().unwrap_or(1).min(batching.max);
+        let deadline = Instant::now() + batching.linger;
+        while batch.len() < batching.max {
             match rx.try_recv() {
                 Ok(cmd) => batch.push(cmd),
-                Err(_) => break,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) if batch.len() >= target => break,
+                Err(TryRecvError::Empty) => {
+                    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Ok(cmd) => batch.push(cmd),
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                    }
+                }
             }
         }
+        recent[turn % RECENT] = batch.len();
+        turn += 1;
         let size = batch.len();
-        let mut pending = Vec::with_capacity(size);
-        let commit = apply_batch(&mut conn, &mut batch, &mut pending, clock.now());
-        match &commit {
-            Ok(()) => counters.committed(size),
-            Err(e) => {
-                tracing::error!(size, error = %e, "a batch failed to commit; its callers were told")
+        match commit_batch(&mut conn, &batch, clock.now()) {
+            Ok(answers) => {
+                counters.committed(size);
+                for (cmd, answer) in batch.drain(..).zip(answers) {
+                    cmd.reply(Ok(answer));
+                }
             }
-        }
-        for p in pending {
-            p.answer(commit.as_ref().map(|_| ()));
+            Err(e) => {
+                tracing::error!(size, error = %e, "a batch failed to commit; its callers were told");
+                let why = e.to_string();
+                for cmd in batch.drain(..) {
+                    cmd.reply(Err(&why));
+                }
+            }
         }
     }
     tracing::debug!("writer stopped: every handle to the store was dropped");
 }
 
-fn apply_batch(
+/// Runs a batch in one transaction and commits it.
+///
+/// The fast path runs every command straight in the transaction. If the engine fails on one, the
+/// transaction is rolled back and the batch runs again with each command in its own savepoint, so
+/// the failure is that command's alone and the others still commit.
+fn commit_batch(
     conn: &mut Connection,
-    batch: &mut Vec<Command>,
-    pending: &mut Vec<Pending>,
+    batch: &[Command],
     now: Timestamp,
-) -> Result<(), rusqlite::Error> {
-    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => {
-            let msg = e.to_string();
-            pending.extend(batch.drain(..).map(|cmd| {
-                fail(cmd, || {
-                    StoreError::backend("the transaction did not begin", msg.clone())
-                })
-            }));
-            return Err(e);
-        }
-    };
-    for cmd in batch.drain(..) {
-        pending.push(apply(&mut tx, cmd, now));
+) -> rusqlite::Result<Vec<Answer>> {
+    match run_batch(conn, batch, now, false)? {
+        Some(answers) => Ok(answers),
+        None => run_batch(conn, batch, now, true).map(|a| a.unwrap_or_default()),
     }
-    tx.commit()
 }
 
-/// Answers a command with an error without running it.
-fn fail(cmd: Command, err: impl Fn() -> StoreError) -> Pending {
+/// `Ok(None)`: a command failed on the fast path; nothing was kept.
+fn run_batch(
+    conn: &mut Connection,
+    batch: &[Command],
+    now: Timestamp,
+    isolate: bool,
+) -> rusqlite::Result<Option<Vec<Answer>>> {
+    let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut answers = Vec::with_capacity(batch.len());
+    for cmd in batch {
+        if isolate {
+            let mut sp = tx.savepoint()?;
+            let answer = execute(&sp, cmd, now);
+            if answer.failed() {
+                sp.rollback()?;
+            }
+            sp.commit()?;
+            answers.push(answer);
+        } else {
+            let answer = execute(&tx, cmd, now);
+            if answer.failed() {
+                // Dropping the transaction rolls it back.
+                return Ok(None);
+            }
+            answers.push(answer);
+        }
+    }
+    tx.commit()?;
+    Ok(Some(answers))
+}
+
+fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
     match cmd {
-        Command::Claim(_, r) => Pending::Claim(r, Err(err())),
-        Command::Complete(_, r) | Command::Release(_, r) => Pending::Unit(r, Err(err())),
-        Command::Sweep(_, r) => Pending::Count(r, Err(err())),
-    }
-}
-
-/// Runs one command in its own savepoint.
-fn apply(tx: &mut Transaction<'_>, cmd: Command, now: Timestamp) -> Pending {
-    let mut sp = match tx.savepoint() {
-        Ok(sp) => sp,
-        Err(e) => {
-            return fail(cmd, || {
-                StoreError::backend("cannot open a savepoint", e.to_string())
-            });
-        }
-    };
-    let (pending, ok) = match cmd {
-        Command::Claim(req, reply) => {
-            let r = claim(&sp, &req, now);
-            let ok = r.is_ok();
-            (Pending::Claim(reply, r), ok)
-        }
-        Command::Complete(token, reply) => {
-            let r = finish(&sp, &token, now, machine::complete);
-            let ok = r.is_ok();
-            (Pending::Unit(reply, r), ok)
-        }
-        Command::Release(token, reply) => {
-            let r = finish(&sp, &token, now, machine::release);
-            let ok = r.is_ok();
-            (Pending::Unit(reply, r), ok)
-        }
-        Command::Sweep(batch, reply) => {
-            let r = sp
-                .prepare_cached(include_str!("../sql/sweep.sql"))
+        Command::Claim(req, _) => Answer::Claim(claim(conn, req, now)),
+        Command::Complete(token, _) => Answer::Unit(finish(conn, token, now, machine::complete)),
+        Command::Release(token, _) => Answer::Unit(finish(conn, token, now, machine::release)),
+        Command::Sweep(batch, _) => Answer::Count(
+            conn.prepare_cached(include_str!("../sql/sweep.sql"))
                 .and_then(|mut s| s.execute(params![now.as_millis(), batch.get()]))
                 .map(|n| n as u64)
-                .map_err(sql("cannot delete expired records"));
-            let ok = r.is_ok();
-            (Pending::Count(reply, r), ok)
-        }
-    };
-    // A failed command leaves nothing behind; the others in the batch go on.
-    let end = if ok {
-        sp.commit()
-    } else {
-        sp.rollback().and_then(|()| sp.commit())
-    };
-    match end {
-        Ok(()) => pending,
-        Err(e) => {
-            let err = StoreError::backend("cannot close a savepoint", e.to_string());
-            match pending {
-                Pending::Claim(r, _) => Pending::Claim(r, Err(err)),
-                Pending::Unit(r, _) => Pending::Unit(r, Err(err)),
-                Pending::Count(r, _) => Pending::Count(r, Err(err)),
-            }
-        }
+                .map_err(sql("cannot delete expired records")),
+        ),
     }
 }
 
@@ -238,23 +271,25 @@ fn claim(
     req: &ClaimRequest,
     now: Timestamp,
 ) -> Result<ClaimOutcome, StoreError> {
-    let failed = || sql(format!("cannot claim {}", req.key));
-    let stored = read_record(conn, &req.key).map_err(failed())?;
-    let step = machine::claim(req, stored.as_ref(), now, machine::nonce());
-    if let Some(rec) = &step.write {
-        write_record(conn, &req.key, rec).map_err(failed())?;
-    }
-    append_history(
-        conn,
-        &req.key,
-        step.history,
-        step.attempt,
-        now,
-        step.gap.map(|g| g.as_millis() as i64),
-        req.fingerprint.as_ref(),
-    )
-    .map_err(failed())?;
-    Ok(step.outcome)
+    let run = || -> rusqlite::Result<ClaimOutcome> {
+        let stored = read_record(conn, &req.key)?;
+        let step = machine::claim(req, stored.as_ref(), now, machine::nonce());
+        if let Some(rec) = &step.write {
+            write_record(conn, &req.key, rec)?;
+        }
+        let gap_ms = step.gap.map(|g| g.as_millis() as i64);
+        append_history(
+            conn,
+            &req.key,
+            step.history,
+            step.attempt,
+            now,
+            gap_ms,
+            req.fingerprint.as_ref(),
+        )?;
+        Ok(step.outcome)
+    };
+    run().map_err(|e| StoreError::backend(format!("cannot claim {}", req.key), e))
 }
 
 fn finish(
@@ -263,41 +298,50 @@ fn finish(
     now: Timestamp,
     decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
 ) -> Result<(), StoreError> {
-    let failed = || sql(format!("cannot finish the claim of {}", token.key));
-    let stored = read_record(conn, &token.key).map_err(failed())?;
-    let step = decide(token, stored.as_ref(), now).ok_or_else(|| StoreError::StaleToken {
-        key: token.key.clone(),
-        attempt: token.attempt,
-    })?;
-    let fingerprint = stored.as_ref().and_then(|r| r.fingerprint);
-    let outcome = match step {
-        FinishStep::Nothing => return Ok(()),
-        FinishStep::Update(rec, outcome) => {
-            write_record(conn, &token.key, &rec).map_err(failed())?;
-            outcome
-        }
-        FinishStep::Delete(outcome) => {
-            conn.prepare_cached("DELETE FROM dedup WHERE source = ?1 AND event_id = ?2")
-                .and_then(|mut s| {
-                    s.execute(params![
+    // `Ok(false)`: the token is stale.
+    let run = || -> rusqlite::Result<bool> {
+        let stored = read_record(conn, &token.key)?;
+        let Some(step) = decide(token, stored.as_ref(), now) else {
+            return Ok(false);
+        };
+        let fingerprint = stored.as_ref().and_then(|r| r.fingerprint);
+        let outcome = match step {
+            FinishStep::Nothing => return Ok(true),
+            FinishStep::Update(rec, outcome) => {
+                write_record(conn, &token.key, &rec)?;
+                outcome
+            }
+            FinishStep::Delete(outcome) => {
+                conn.prepare_cached("DELETE FROM dedup WHERE source = ?1 AND event_id = ?2")?
+                    .execute(params![
                         token.key.source.as_str(),
                         token.key.event_id.as_str()
-                    ])
-                })
-                .map_err(failed())?;
-            outcome
-        }
+                    ])?;
+                outcome
+            }
+        };
+        append_history(
+            conn,
+            &token.key,
+            outcome,
+            Some(token.attempt),
+            now,
+            None,
+            fingerprint.as_ref(),
+        )?;
+        Ok(true)
     };
-    append_history(
-        conn,
-        &token.key,
-        outcome,
-        Some(token.attempt),
-        now,
-        None,
-        fingerprint.as_ref(),
-    )
-    .map_err(failed())
+    match run() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StoreError::StaleToken {
+            key: token.key.clone(),
+            attempt: token.attempt,
+        }),
+        Err(e) => Err(StoreError::backend(
+            format!("cannot finish the claim of {}", token.key),
+            e,
+        )),
+    }
 }
 
 fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<()> {

@@ -6,7 +6,11 @@ use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key, StoreError};
 use idemgate_sqlite::{DB_FILE, SqliteStore};
 
 fn req(id: &str) -> ClaimRequest {
-    ClaimRequest::new(Key::parse("src", id).unwrap(), Duration::from_secs(60), Duration::from_secs(3_600))
+    ClaimRequest::new(
+        Key::parse("src", id).unwrap(),
+        Duration::from_secs(60),
+        Duration::from_secs(3_600),
+    )
 }
 
 #[tokio::test]
@@ -20,7 +24,10 @@ async fn an_answered_claim_survives_reopening() {
         store.complete(&token).await.unwrap();
     }
     let store = SqliteStore::open(dir.path()).unwrap();
-    assert!(matches!(store.claim(req("evt_1")).await.unwrap(), ClaimOutcome::Duplicate { .. }));
+    assert!(matches!(
+        store.claim(req("evt_1")).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
 }
 
 #[tokio::test]
@@ -33,20 +40,37 @@ async fn a_database_from_a_newer_version_is_refused_untouched() {
         conn.pragma_update(None, "user_version", 99).unwrap();
     }
     let err = SqliteStore::open(dir.path()).unwrap_err();
-    assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("newer idemgate"), "{err}");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(v, 99);
 }
 
 #[tokio::test]
 async fn a_file_that_is_not_a_database_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(DB_FILE), b"this is not SQLite, just some text long enough").unwrap();
+    std::fs::write(
+        dir.path().join(DB_FILE),
+        b"this is not SQLite, just some text long enough",
+    )
+    .unwrap();
     let err = SqliteStore::open(dir.path()).unwrap_err();
-    let chain = format!("{err}: {}", std::error::Error::source(&err).map(|e| e.to_string()).unwrap_or_default());
-    assert!(chain.contains(DB_FILE) && chain.contains("not a database"), "{chain}");
+    let chain = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        chain.contains(DB_FILE) && chain.contains("not a database"),
+        "{chain}"
+    );
 }
 
 /// Two stores on one file (a CLI sweep beside a running gateway, or two processes) still give
@@ -74,7 +98,10 @@ async fn two_stores_on_one_file_give_one_winner() {
         }
     }
     assert_eq!(won, 1);
-    let view = a.lookup(&Key::parse("src", "evt_shared").unwrap()).await.unwrap();
+    let view = a
+        .lookup(&Key::parse("src", "evt_shared").unwrap())
+        .await
+        .unwrap();
     assert_eq!(view.history.len(), 64, "one history row per answer");
 }
 
@@ -102,8 +129,14 @@ async fn concurrent_claims_are_group_committed() {
         t.await.unwrap();
     }
     let after = store.writer_stats();
-    let (commits, commands) = (after.commits - before.commits, after.commands - before.commands);
+    let (commits, commands) = (
+        after.commits - before.commits,
+        after.commands - before.commands,
+    );
     assert_eq!(commands, 512);
-    assert!(commits < commands / 4, "{commits} commits for {commands} claims");
+    assert!(
+        commits < commands / 4,
+        "{commits} commits for {commands} claims"
+    );
     assert!(after.largest_batch > 1);
 }
