@@ -49,8 +49,8 @@ pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce:
                 nonce,
                 fingerprint: req.fingerprint,
                 first_seen: now,
-                lease_until: Some(now.add(req.lease)),
-                expires_at: now.add(req.ttl),
+                lease_until: Some(now.plus(req.lease)),
+                expires_at: now.plus(req.ttl),
             },
             ClaimMode::OnReceipt => Record {
                 state: RecordState::Done,
@@ -59,7 +59,7 @@ pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce:
                 fingerprint: req.fingerprint,
                 first_seen: now,
                 lease_until: None,
-                expires_at: now.add(req.ttl),
+                expires_at: now.plus(req.ttl),
             },
         };
         return won(req, record, HistoryOutcome::Claimed, None);
@@ -93,7 +93,7 @@ pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce:
             let record = Record {
                 attempt: rec.attempt.saturating_add(1),
                 nonce,
-                lease_until: Some(now.add(req.lease)),
+                lease_until: Some(now.plus(req.lease)),
                 fingerprint: rec.fingerprint.or(req.fingerprint),
                 ..rec.clone()
             };

@@ -23,7 +23,7 @@ impl Timestamp {
     }
 
     /// `self + d`, saturating.
-    pub fn add(self, d: Duration) -> Self {
+    pub fn plus(self, d: Duration) -> Self {
         Self(
             self.0
                 .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
@@ -169,11 +169,11 @@ mod tests {
     #[test]
     fn arithmetic_saturates() {
         let t = Timestamp::from_millis(1_000);
-        assert_eq!(t.add(Duration::from_secs(1)).as_millis(), 2_000);
+        assert_eq!(t.plus(Duration::from_secs(1)).as_millis(), 2_000);
         assert_eq!(t.since(Timestamp::from_millis(4_000)), Duration::ZERO);
         assert_eq!(
             Timestamp::from_millis(i64::MAX - 1)
-                .add(Duration::MAX)
+                .plus(Duration::MAX)
                 .as_millis(),
             i64::MAX
         );
