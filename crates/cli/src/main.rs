@@ -10,6 +10,7 @@ macro_rules! outln {
 }
 
 mod data;
+mod serve;
 mod ttl;
 
 use std::path::PathBuf;
@@ -29,6 +30,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway. Without --config: the embedded SQLite store in ./idemgate-data and one
+    /// demo source.
+    Serve(serve::ServeArgs),
     /// Compute a source's dedup TTL: retry window + queue lag + clock skew + replay margin.
     Ttl(ttl::TtlArgs),
     /// List the provider presets: retry windows, recommended TTLs, keys, signatures, sources.
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -169,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .build()?;
             rt.block_on(async move {
                 match command {
+                    Command::Serve(args) => serve::serve(args).await,
                     Command::Sweep {
                         data,
                         batch,

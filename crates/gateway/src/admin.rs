@@ -1,0 +1,105 @@
+//! `/healthz`, `/metrics`, `/openapi.json`, the fallback, and the background sweeper.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::error::{AppError, ErrorChain, OUTCOME};
+
+/// Healthy only if the store answers a real query.
+pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Response, AppError> {
+    let started = Instant::now();
+    state.store.ping().await?;
+    let mut response = Json(json!({
+        "status": "ok",
+        "store": state.store.engine(),
+        "store_ms": started.elapsed().as_secs_f64() * 1000.0,
+    }))
+    .into_response();
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static("healthy"));
+    Ok(response)
+}
+
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let rows = state.row_counts().await;
+    let mut response = state.metrics.render(rows).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static("metrics"));
+    response
+}
+
+pub(crate) async fn openapi() -> Response {
+    let mut response = crate::api::OPENAPI.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static("openapi"));
+    response
+}
+
+pub(crate) async fn not_found() -> Response {
+    let body = json!({
+        "type": "urn:idemgate:problem:not-found",
+        "title": "Not Found",
+        "status": 404,
+        "detail": "no such route; webhooks go to POST /hooks/{source}",
+    });
+    let mut response = (StatusCode::NOT_FOUND, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(OUTCOME, HeaderValue::from_static("not-found"));
+    response
+}
+
+/// The background sweeper: a run now and every `every`, each logged with its rows and time and
+/// counted in `/metrics`, until `cancel` fires.
+pub(crate) fn spawn_sweeper(
+    state: &AppState,
+    every: Duration,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let started = Instant::now();
+            match state.store.sweep_run(&cancel).await {
+                Ok(rows) => {
+                    state.metrics.sweep_run(Some(rows));
+                    tracing::info!(
+                        store = state.store.engine(),
+                        rows,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "sweep run"
+                    );
+                }
+                Err(e) => {
+                    state.metrics.sweep_run(None);
+                    tracing::warn!(store = state.store.engine(), error = %ErrorChain(&e), "sweep run failed");
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    })
+}

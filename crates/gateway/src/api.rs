@@ -1,0 +1,245 @@
+//! The claim API for workers in any language: `/v1/claims` and `/v1/events`.
+//!
+//! Every route needs `Authorization: Bearer <token>` with one of the configured `api_tokens`.
+//! Request bodies are JSON; unknown fields are refused.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{ClaimOutcome, ClaimToken, EventId, EventView, Fingerprint, Key, SourceName};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::{AppError, OUTCOME};
+use crate::{AppState, Source};
+
+/// The routes this module serves, as `(method, path)`; `/openapi.json` must describe exactly these.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/claims"),
+    ("post", "/v1/claims/{source}/{event_id}/complete"),
+    ("post", "/v1/claims/{source}/{event_id}/release"),
+    ("get", "/v1/events/{source}/{event_id}"),
+];
+
+/// The OpenAPI description of the claim API.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    source: String,
+    event_id: String,
+    fingerprint: Option<String>,
+    lease_s: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenBody {
+    token: String,
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
+    serde_json::from_slice(body).map_err(|e| AppError::BadRequest {
+        kind: "invalid-json",
+        detail: format!("the body is not the JSON this route takes: {e}"),
+    })
+}
+
+fn bad(kind: &'static str, e: impl std::fmt::Display) -> AppError {
+    AppError::BadRequest {
+        kind,
+        detail: e.to_string(),
+    }
+}
+
+fn with_outcome(outcome: &'static str, response: impl IntoResponse) -> Response {
+    let mut response = response.into_response();
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static(outcome));
+    response
+}
+
+/// The configured source, and the validated key.
+fn key<'a>(
+    state: &'a AppState,
+    source: &str,
+    event_id: &str,
+) -> Result<(&'a Source, Key), AppError> {
+    let src = state.source(source)?;
+    let event_id = EventId::new(event_id).map_err(|e| bad("invalid-event-id", e))?;
+    Ok((src, Key::new(src.name.clone(), event_id)))
+}
+
+pub(crate) async fn create_claim(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (label, result) = match parse_json::<ClaimBody>(&body) {
+        Ok(req) => {
+            let label = state.label(&req.source).to_owned();
+            (label, claim(&state, &headers, req).await)
+        }
+        Err(e) => ("unknown".to_owned(), Err(e)),
+    };
+    let response = result.unwrap_or_else(IntoResponse::into_response);
+    state.record(&label, &response);
+    response
+}
+
+async fn claim(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: ClaimBody,
+) -> Result<Response, AppError> {
+    state.authorize(headers)?;
+    let (src, key) = key(state, &req.source, &req.event_id)?;
+    let mut claim = src.claim_request(key.clone());
+    if let Some(fp) = &req.fingerprint {
+        claim.fingerprint =
+            Some(Fingerprint::from_hex(fp).map_err(|e| bad("invalid-fingerprint", e))?);
+    }
+    if let Some(lease_s) = req.lease_s {
+        let lease = Duration::from_secs(lease_s);
+        if lease.is_zero() || lease > src.policy.ttl.ttl {
+            return Err(bad(
+                "invalid-lease",
+                format!(
+                    "lease_s must be from 1 to the source's TTL ({} s)",
+                    src.policy.ttl.ttl.as_secs()
+                ),
+            ));
+        }
+        claim.lease = lease;
+    }
+    let outcome = state.claim(src, claim).await?;
+    Ok(match outcome {
+        ClaimOutcome::Claimed { token } => {
+            let view = state.store.lookup(&key).await?;
+            let expires_at = view.record.map(|r| r.expires_at.to_string());
+            with_outcome(
+                "claimed",
+                (
+                    StatusCode::CREATED,
+                    Json(json!({
+                        "outcome": "claimed",
+                        "token": token.fence(),
+                        "attempt": token.attempt,
+                        "expires_at": expires_at,
+                    })),
+                ),
+            )
+        }
+        ClaimOutcome::Duplicate {
+            first_seen,
+            state: record_state,
+        } => with_outcome(
+            "duplicate",
+            Json(json!({
+                "outcome": "duplicate",
+                "first_seen": first_seen.to_string(),
+                "state": record_state.as_str(),
+            })),
+        ),
+        ClaimOutcome::InFlight { retry_after } => return Err(AppError::InFlight { retry_after }),
+        ClaimOutcome::Conflict { first_seen } => return Err(AppError::Conflict { first_seen }),
+    })
+}
+
+async fn finish(
+    state: &AppState,
+    headers: &HeaderMap,
+    source: &str,
+    event_id: &str,
+    body: &[u8],
+    complete: bool,
+) -> Result<Response, AppError> {
+    state.authorize(headers)?;
+    let (_, key) = key(state, source, event_id)?;
+    let req: TokenBody = parse_json(body)?;
+    let token = ClaimToken::from_fence(key, &req.token).map_err(|e| bad("invalid-token", e))?;
+    let outcome = if complete {
+        state.store.complete(&token).await?;
+        "completed"
+    } else {
+        state.store.release(&token).await?;
+        "released"
+    };
+    Ok(with_outcome(outcome, Json(json!({ "outcome": outcome }))))
+}
+
+pub(crate) async fn complete(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let response = finish(&state, &headers, &source, &event_id, &body, true)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    state.record(state.label(&source), &response);
+    response
+}
+
+pub(crate) async fn release(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let response = finish(&state, &headers, &source, &event_id, &body, false)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    state.record(state.label(&source), &response);
+    response
+}
+
+/// "Did we process X, and when?": the live record and the whole history of one event.
+pub(crate) async fn event(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    state.authorize(&headers)?;
+    // Events of sources removed from the config stay answerable: validate the name only.
+    let source = SourceName::new(source).map_err(|e| bad("invalid-source", e))?;
+    let event_id = EventId::new(event_id).map_err(|e| bad("invalid-event-id", e))?;
+    let view = state.store.lookup(&Key::new(source, event_id)).await?;
+    Ok(with_outcome("lookup", Json(view_json(&view))))
+}
+
+/// An event's record and history as JSON.
+pub fn view_json(view: &EventView) -> serde_json::Value {
+    let processed = view
+        .history
+        .iter()
+        .find(|h| matches!(h.outcome, idemgate_core::HistoryOutcome::Completed));
+    json!({
+        "source": view.key.source.as_str(),
+        "event_id": view.key.event_id.as_str(),
+        "processed_at": processed.map(|h| h.at.to_string()),
+        "first_seen": view.history.first().map(|h| h.at.to_string()),
+        "record": view.record.as_ref().map(|r| json!({
+            "state": r.state.as_str(),
+            "attempt": r.attempt,
+            "first_seen": r.first_seen.to_string(),
+            "lease_until": r.lease_until.map(|t| t.to_string()),
+            "expires_at": r.expires_at.to_string(),
+            "fingerprint": r.fingerprint.map(|f| f.to_hex()),
+        })),
+        "history": view.history.iter().map(|h| json!({
+            "outcome": h.outcome.as_str(),
+            "attempt": h.attempt,
+            "at": h.at.to_string(),
+            "gap_ms": h.gap.map(|g| g.as_millis() as u64),
+            "fingerprint": h.fingerprint.map(|f| f.to_hex()),
+        })).collect::<Vec<_>>(),
+    })
+}

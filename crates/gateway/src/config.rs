@@ -1,0 +1,531 @@
+//! The gateway's configuration: one TOML file, overridable by `IDEMGATE_*` environment variables.
+//!
+//! Every key is documented in `idemgate.example.toml` at the repository root. Unknown keys are
+//! errors that name the key; durations are human (`90s`, `10m`, `3d`); each source's TTL is
+//! validated against its delivery contract at load, so a TTL below the retry window never starts.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use idemgate_core::policy::{DeliveryContract, PolicyError, TtlOverride, TtlPolicy};
+use idemgate_core::{ClaimMode, KeyError, SourceName, presets};
+use serde::Deserialize;
+
+/// Environment variables that share the prefix but are not configuration.
+const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "test_redis"];
+
+/// Why a configuration was refused. Each names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Parse(#[from] Box<figment::Error>),
+    #[error("source #{index}: name: {source}")]
+    SourceName {
+        index: usize,
+        #[source]
+        source: KeyError,
+    },
+    #[error("source {name:?} is defined twice")]
+    DuplicateSource { name: String },
+    #[error("source {name:?}: provider {provider:?} is not known; known: {known}")]
+    UnknownProvider {
+        name: String,
+        provider: String,
+        known: String,
+    },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("source {name:?}: ttl_override_reason is set but ttl_override is not")]
+    ReasonWithoutOverride { name: String },
+    #[error("source {name:?}: {key}: {why}")]
+    Invalid {
+        name: String,
+        key: &'static str,
+        why: String,
+    },
+    #[error("{key}: {why}")]
+    Global { key: &'static str, why: String },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the gateway listens.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Bearer tokens accepted by `/v1` and by sources with `provider = "none"`.
+    #[serde(default)]
+    pub api_tokens: Vec<String>,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceConfig>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+/// Which store holds the claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    #[serde(default)]
+    pub kind: StoreKind,
+    /// The SQLite data directory.
+    #[serde(default = "default_path")]
+    pub path: PathBuf,
+    /// The PostgreSQL URL (`kind = "postgres"`).
+    pub url: Option<String>,
+    /// PostgreSQL tuning and expiry.
+    #[serde(default)]
+    pub postgres: PostgresConfig,
+    /// How often expired dedup records are swept.
+    #[serde(default = "default_sweep_interval", with = "human")]
+    pub sweep_interval: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::default(),
+            path: default_path(),
+            url: None,
+            postgres: PostgresConfig::default(),
+            sweep_interval: default_sweep_interval(),
+        }
+    }
+}
+
+fn default_path() -> PathBuf {
+    PathBuf::from("./idemgate-data")
+}
+
+fn default_sweep_interval() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// How dedup records expire in PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiryMode {
+    #[default]
+    Batched,
+    Partitioned,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Most claims in one group-committed statement.
+    #[serde(default = "default_batch_max")]
+    pub batch_max: u32,
+    /// How long a batch waits for more claims.
+    #[serde(default = "default_batch_linger", with = "human")]
+    pub batch_linger: Duration,
+    /// Connections in the pool.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: u32,
+    #[serde(default)]
+    pub expiry: ExpiryMode,
+    /// Rows per sweep batch (`batched` expiry).
+    #[serde(default = "default_sweep_batch")]
+    pub sweep_batch: u32,
+    /// Pause between sweep batches.
+    #[serde(default = "default_sweep_pause", with = "human")]
+    pub sweep_pause: Duration,
+    /// Width of a dedup partition (`partitioned` expiry); must divide a day evenly.
+    #[serde(default = "default_partition_width", with = "human")]
+    pub partition_width: Duration,
+    /// How long history is kept.
+    #[serde(default = "default_history_retention", with = "human")]
+    pub history_retention: Duration,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            batch_max: default_batch_max(),
+            batch_linger: default_batch_linger(),
+            pool_size: default_pool_size(),
+            expiry: ExpiryMode::default(),
+            sweep_batch: default_sweep_batch(),
+            sweep_pause: default_sweep_pause(),
+            partition_width: default_partition_width(),
+            history_retention: default_history_retention(),
+        }
+    }
+}
+
+fn default_batch_max() -> u32 {
+    256
+}
+fn default_batch_linger() -> Duration {
+    Duration::from_micros(200)
+}
+fn default_pool_size() -> u32 {
+    16
+}
+fn default_sweep_batch() -> u32 {
+    5_000
+}
+fn default_sweep_pause() -> Duration {
+    Duration::from_millis(50)
+}
+fn default_partition_width() -> Duration {
+    Duration::from_secs(86_400)
+}
+fn default_history_retention() -> Duration {
+    Duration::from_secs(400 * 86_400)
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes (default 1 MiB); larger gets 413.
+    #[serde(default = "default_body_limit")]
+    pub body_limit: usize,
+    /// Longest a request may take to arrive and be answered (slow bodies get 408).
+    #[serde(default = "default_request_timeout", with = "human")]
+    pub request_timeout: Duration,
+    /// On shutdown, how long in-flight requests may take to finish.
+    #[serde(default = "default_shutdown_grace", with = "human")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_limit: default_body_limit(),
+            request_timeout: default_request_timeout(),
+            shutdown_grace: default_shutdown_grace(),
+        }
+    }
+}
+
+fn default_body_limit() -> usize {
+    1 << 20
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(15)
+}
+
+/// What to do with a delivery whose id is live with another payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// Answer as a duplicate (200); still recorded and counted.
+    #[default]
+    Duplicate,
+    /// Answer 409.
+    Reject,
+}
+
+/// When a delivery counts as processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    OnSuccess,
+    OnReceipt,
+}
+
+impl From<Mode> for ClaimMode {
+    fn from(m: Mode) -> Self {
+        match m {
+            Mode::OnSuccess => ClaimMode::OnSuccess,
+            Mode::OnReceipt => ClaimMode::OnReceipt,
+        }
+    }
+}
+
+/// One `[[source]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub name: String,
+    /// A provider preset (`idemgate providers`), `generic-hmac`, or `none`.
+    pub provider: String,
+    /// Active signing secrets; several during rotation.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Where accepted deliveries are sent. Without one, a delivery is acknowledged once claimed.
+    pub forward_url: Option<String>,
+    #[serde(default, with = "human_opt")]
+    pub retry_window: Option<Duration>,
+    #[serde(default, with = "human_opt")]
+    pub queue_lag: Option<Duration>,
+    #[serde(default, with = "human_opt")]
+    pub clock_skew: Option<Duration>,
+    #[serde(default, with = "human_opt")]
+    pub replay_margin: Option<Duration>,
+    #[serde(default, with = "human_opt")]
+    pub ttl_override: Option<Duration>,
+    pub ttl_override_reason: Option<String>,
+    #[serde(default)]
+    pub mode: Mode,
+    /// How long a forward may hold the claim before another delivery takes it over.
+    #[serde(default, with = "human_opt")]
+    pub lease: Option<Duration>,
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+    #[serde(default = "default_forward_timeout", with = "human")]
+    pub forward_timeout: Duration,
+    /// Signature timestamp tolerance: a replay guard, not the retry window.
+    #[serde(default = "default_tolerance", with = "human")]
+    pub tolerance: Duration,
+    /// `generic-hmac`: the signature's header.
+    pub signature_header: Option<String>,
+    /// `generic-hmac`: `hex` (default) or `base64`.
+    pub signature_encoding: Option<String>,
+    /// `generic-hmac`: a prefix before the signature, such as `sha256=`.
+    pub signature_prefix: Option<String>,
+    /// `generic-hmac`: `sha256` (default), `sha512` or `sha1`.
+    pub signature_algorithm: Option<String>,
+    /// `generic-hmac`: the signed bytes as a template of `{timestamp}` and `{body}`
+    /// (default `{body}`, or `{timestamp}.{body}` with a timestamp header).
+    pub signed_payload: Option<String>,
+    /// `generic-hmac`: the header holding the signed timestamp, if the sender signs one.
+    pub timestamp_header: Option<String>,
+    /// `generic-hmac` and `none`: the header holding the event id.
+    pub event_id_header: Option<String>,
+    /// `generic-hmac` and `none`: a JSON pointer to the event id in the body (`/data/id`).
+    pub event_id_pointer: Option<String>,
+}
+
+fn default_forward_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_tolerance() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// A source's validated name and TTL.
+#[derive(Debug, Clone)]
+pub struct SourcePolicy {
+    pub name: SourceName,
+    pub ttl: TtlPolicy,
+    pub lease: Duration,
+}
+
+impl SourceConfig {
+    /// The default lease: long enough for a forward to time out and be released.
+    pub fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or_else(|| (self.forward_timeout * 2).max(Duration::from_secs(60)))
+    }
+
+    /// Validates the name and computes the TTL from the preset and this source's terms.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the source and the key.
+    pub fn policy(&self, index: usize) -> Result<SourcePolicy, ConfigError> {
+        let name = SourceName::new(self.name.clone())
+            .map_err(|source| ConfigError::SourceName { index, source })?;
+        let known = || {
+            let mut names: Vec<_> = presets::presets().iter().map(|p| p.name).collect();
+            names.extend(["generic-hmac", "none"]);
+            names.join(", ")
+        };
+        let base = match self.provider.as_str() {
+            "generic-hmac" | "none" => None,
+            p => match presets::preset(p) {
+                Some(preset) => preset.contract,
+                None => {
+                    return Err(ConfigError::UnknownProvider {
+                        name: self.name.clone(),
+                        provider: p.to_owned(),
+                        known: known(),
+                    });
+                }
+            },
+        };
+        let retry_window = self
+            .retry_window
+            .or(base.map(|c| c.retry_window))
+            .ok_or_else(|| PolicyError::MissingRetryWindow {
+                source_name: self.name.clone(),
+                provider: self.provider.clone(),
+            })?;
+        let contract = DeliveryContract {
+            retry_window,
+            queue_lag: self
+                .queue_lag
+                .or(base.map(|c| c.queue_lag))
+                .unwrap_or(Duration::from_secs(86_400)),
+            clock_skew: self
+                .clock_skew
+                .or(base.map(|c| c.clock_skew))
+                .unwrap_or(Duration::from_secs(600)),
+            replay_margin: self
+                .replay_margin
+                .or(base.map(|c| c.replay_margin))
+                .unwrap_or(Duration::from_secs(2 * 86_400)),
+        };
+        let ttl_override = match (self.ttl_override, &self.ttl_override_reason) {
+            (Some(ttl), reason) => Some(TtlOverride {
+                ttl,
+                reason: reason.clone(),
+            }),
+            (None, Some(_)) => {
+                return Err(ConfigError::ReasonWithoutOverride {
+                    name: self.name.clone(),
+                });
+            }
+            (None, None) => None,
+        };
+        let ttl = TtlPolicy::new(&self.name, contract, ttl_override)?;
+        let lease = self.lease();
+        if lease.is_zero() {
+            return Err(self.invalid("lease", "must be above zero"));
+        }
+        if lease > ttl.ttl {
+            return Err(self.invalid("lease", "is longer than the source's TTL"));
+        }
+        if self.forward_timeout.is_zero() {
+            return Err(self.invalid("forward_timeout", "must be above zero"));
+        }
+        if let Some(url) = &self.forward_url {
+            let ok = url
+                .parse::<hyper::Uri>()
+                .ok()
+                .filter(|u| u.scheme_str() == Some("http") && u.host().is_some());
+            if ok.is_none() {
+                return Err(self.invalid(
+                    "forward_url",
+                    format!("{url:?} is not an http:// URL with a host"),
+                ));
+            }
+        }
+        Ok(SourcePolicy { name, ttl, lease })
+    }
+
+    pub(crate) fn invalid(&self, key: &'static str, why: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            name: self.name.clone(),
+            key,
+            why: why.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `file` (or, without one, the TOML text `fallback`), then `IDEMGATE_*` environment
+    /// variables (nested keys with `__`: `IDEMGATE_STORE__KIND=postgres`), and validates the
+    /// result.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key at fault.
+    pub fn load(file: Option<&Path>, fallback: &str) -> Result<Self, ConfigError> {
+        let figment = match file {
+            Some(file) if !file.exists() => {
+                return Err(ConfigError::Global {
+                    key: "--config",
+                    why: format!("{} does not exist", file.display()),
+                });
+            }
+            Some(file) => Figment::from(Toml::file_exact(file)),
+            None => Figment::from(Toml::string(fallback)),
+        };
+        let figment = figment.merge(
+            Env::prefixed("IDEMGATE_")
+                .ignore(NOT_CONFIG)
+                .split("__")
+                .lowercase(true),
+        );
+        Self::from_figment(figment)
+    }
+
+    /// Parses and validates a TOML text (tests, embedded defaults).
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_figment(Figment::from(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: Config = figment.extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: names, TTLs, store settings.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, source) in self.sources.iter().enumerate() {
+            source.policy(i)?;
+            if !seen.insert(source.name.as_str()) {
+                return Err(ConfigError::DuplicateSource {
+                    name: source.name.clone(),
+                });
+            }
+        }
+        if self.store.kind == StoreKind::Postgres && self.store.url.is_none() {
+            return Err(ConfigError::Global {
+                key: "store.url",
+                why: "required when store.kind = \"postgres\"".into(),
+            });
+        }
+        if self.limits.body_limit == 0 {
+            return Err(ConfigError::Global {
+                key: "limits.body_limit",
+                why: "must be above zero".into(),
+            });
+        }
+        if self.api_tokens.iter().any(|t| t.len() < 16) {
+            return Err(ConfigError::Global {
+                key: "api_tokens",
+                why: "every token must be at least 16 characters".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Human durations (`90s`, `10m`, `3d`) in serde.
+mod human {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {text:?}: {e} (expected a number and a unit, such as 90s, 10m, 4h or 3d)"
+            ))
+        })
+    }
+}
+
+mod human_opt {
+    use std::time::Duration;
+
+    use serde::Deserializer;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        super::human::deserialize(d).map(Some)
+    }
+}

@@ -1,0 +1,78 @@
+//! Forward mode: the accepted delivery goes to the source's downstream over HTTP.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderValue, Method, Request, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use idemgate_core::Key;
+
+pub(crate) type Client = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+
+pub(crate) fn client() -> Client {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    connector.set_nodelay(true);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+/// How a forward failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The downstream answered with a status other than 2xx.
+    Status(u16),
+    /// No answer: connection refused, reset, or a malformed response.
+    Unreachable(String),
+    /// No answer within the source's `forward_timeout`.
+    Timeout,
+}
+
+/// What the downstream receives besides the body.
+pub(crate) struct Delivery<'a> {
+    pub key: &'a Key,
+    pub attempt: u32,
+    pub content_type: Option<&'a HeaderValue>,
+}
+
+/// POSTs `body` to `url` with `Idempotency-Key: {source}:{event_id}` and `Idemgate-Attempt`, and
+/// waits for a 2xx within `timeout` (the whole exchange, response body included).
+pub(crate) async fn forward(
+    client: &Client,
+    url: &hyper::Uri,
+    body: Bytes,
+    delivery: Delivery<'_>,
+    timeout: Duration,
+) -> Result<u16, Failure> {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(url.clone())
+        .header("idempotency-key", delivery.key.to_string())
+        .header("idemgate-attempt", delivery.attempt);
+    if let Some(ct) = delivery.content_type {
+        req = req.header(header::CONTENT_TYPE, ct);
+    }
+    let req = req
+        .body(Full::new(body))
+        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+    let exchange = async {
+        let response = client
+            .request(req)
+            .await
+            .map_err(|e| Failure::Unreachable(crate::error::ErrorChain(&e).to_string()))?;
+        let status = response.status();
+        // Read the answer to the end so the connection can be reused.
+        let _ = response.into_body().collect().await;
+        if status.is_success() {
+            Ok(status.as_u16())
+        } else {
+            Err(Failure::Status(status.as_u16()))
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(Failure::Timeout))
+}

@@ -1,0 +1,294 @@
+//! `POST /hooks/{source}`: a sender's delivery.
+//!
+//! Body limit (413) -> signature (401) -> event id (400) -> fingerprint (SHA-256 of the body) ->
+//! claim, then:
+//! - `Claimed`: forward to the downstream; a 2xx completes the claim (200), anything else releases
+//!   it so the sender's retry is processed (502, or 503 on timeout). A source without a
+//!   `forward_url` completes the claim at once and answers 200.
+//! - `Duplicate`: 200, nothing forwarded. `InFlight`: 409 with `Retry-After`. `Conflict`: 200 or
+//!   409, by the source's `on_conflict`.
+//!
+//! If the request is dropped while the claim is held (the sender hung up, or shutdown's grace ran
+//! out), a guard releases the claim so the next delivery is processed.
+
+use std::time::SystemTime;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{ClaimMode, ClaimOutcome, ClaimToken, Fingerprint, Key};
+use idemgate_providers::{
+    GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::config::{ConfigError, OnConflict, SourceConfig};
+use crate::error::{AppError, ErrorChain, OUTCOME};
+use crate::forward::{self, Delivery, Failure};
+use crate::{AppState, Source};
+
+pub(crate) async fn hook(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let label = state.label(&name);
+    let response = match receive(&state, &name, &headers, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    };
+    state.record(label, &response);
+    response
+}
+
+async fn receive(
+    state: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, AppError> {
+    let src = state.source(name)?;
+    if src.needs_bearer {
+        state.authorize(headers)?;
+    }
+    let body = read_body(body, state.limits.body_limit).await?;
+    let verified = src
+        .verifier
+        .verify(headers, &body, SystemTime::now())
+        .map_err(verify_error)?;
+    let fingerprint = Fingerprint(Sha256::digest(&body).into());
+    let key = Key::new(src.name.clone(), verified.event_id);
+    let outcome = state
+        .claim(src, src.claim_request(key.clone()).fingerprint(fingerprint))
+        .await?;
+    match outcome {
+        ClaimOutcome::Claimed { token } => process(state, src, token, body, headers).await,
+        ClaimOutcome::Duplicate { first_seen, .. } => Ok(answer(
+            StatusCode::OK,
+            "duplicate",
+            json!({ "outcome": "duplicate", "first_seen": first_seen.to_string() }),
+        )),
+        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
+        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
+            OnConflict::Duplicate => Ok(answer(
+                StatusCode::OK,
+                "conflict",
+                json!({ "outcome": "conflict", "first_seen": first_seen.to_string() }),
+            )),
+            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
+        },
+    }
+}
+
+/// Runs a won claim to its end: forward and complete, or release.
+async fn process(
+    state: &AppState,
+    src: &Source,
+    token: ClaimToken,
+    body: Bytes,
+    headers: &HeaderMap,
+) -> Result<Response, AppError> {
+    let Some(url) = &src.forward_url else {
+        if src.mode == ClaimMode::OnSuccess {
+            state.store.complete(&token).await?;
+        }
+        return Ok(answer(
+            StatusCode::OK,
+            "accepted",
+            json!({ "outcome": "accepted", "attempt": token.attempt }),
+        ));
+    };
+    let guard = ReleaseOnDrop::new(state, &token);
+    let delivery = Delivery {
+        key: &token.key,
+        attempt: token.attempt,
+        content_type: headers.get(header::CONTENT_TYPE),
+    };
+    let result = forward::forward(&state.client, url, body, delivery, src.forward_timeout).await;
+    guard.disarm();
+    match result {
+        Ok(status) => {
+            if let Err(e) = state.store.complete(&token).await {
+                // The downstream has it; the claim was lost (lease lapsed and taken over, or
+                // expired). Acknowledge: the downstream's own Idempotency-Key check is the
+                // last line.
+                tracing::warn!(key = %token.key.source, error = %ErrorChain(&e), "forwarded, but the claim could not be completed");
+            }
+            Ok(answer(
+                StatusCode::OK,
+                "forwarded",
+                json!({ "outcome": "forwarded", "attempt": token.attempt, "downstream_status": status }),
+            ))
+        }
+        Err(failure) => {
+            if let Err(e) = state.store.release(&token).await {
+                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release a failed forward's claim; its lease will lapse");
+            }
+            Err(match failure {
+                Failure::Status(status) => AppError::ForwardFailed { status },
+                Failure::Unreachable(why) => {
+                    tracing::warn!(source = %token.key.source, error = %why, "downstream unreachable");
+                    AppError::ForwardUnreachable
+                }
+                Failure::Timeout => AppError::ForwardTimeout {
+                    timeout: src.forward_timeout,
+                },
+            })
+        }
+    }
+}
+
+fn answer(status: StatusCode, outcome: &'static str, body: serde_json::Value) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(OUTCOME, HeaderValue::from_static(outcome));
+    response
+}
+
+/// Reads the body, refusing more than `limit` bytes (by `Content-Length` before reading, and by
+/// counting while reading).
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, AppError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(AppError::TooLarge { limit })
+        }
+        Err(e) => {
+            // Some limits surface wrapped in the body's own error.
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+            while let Some(s) = source {
+                if s.is::<LengthLimitError>() {
+                    return Err(AppError::TooLarge { limit });
+                }
+                source = s.source();
+            }
+            Err(AppError::BodyRead)
+        }
+    }
+}
+
+fn verify_error(e: VerifyError) -> AppError {
+    let kind = e.kind();
+    let detail = e.to_string();
+    if e.status() == 401 {
+        AppError::Signature { kind, detail }
+    } else {
+        AppError::BadRequest { kind, detail }
+    }
+}
+
+/// Builds a source's verifier from its config.
+pub(crate) fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
+    let provider = |e: idemgate_providers::ConfigError| sc.invalid("provider", e.to_string());
+    let key_source = || match (&sc.event_id_header, &sc.event_id_pointer) {
+        (Some(h), None) => Ok(KeySource::Header(h.clone())),
+        (None, Some(p)) => Ok(KeySource::JsonPointer(p.clone())),
+        (Some(_), Some(_)) => Err(sc.invalid(
+            "event_id_header",
+            "set event_id_header or event_id_pointer, not both",
+        )),
+        (None, None) => Err(sc.invalid(
+            "event_id_header",
+            format!(
+                "provider {:?} needs event_id_header or event_id_pointer",
+                sc.provider
+            ),
+        )),
+    };
+    let scheme = match sc.provider.as_str() {
+        "generic-hmac" => Scheme::GenericHmac(GenericHmac {
+            header: sc.signature_header.clone().ok_or_else(|| {
+                sc.invalid("signature_header", "required for provider \"generic-hmac\"")
+            })?,
+            encoding: sc
+                .signature_encoding
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e: idemgate_providers::ConfigError| {
+                    sc.invalid("signature_encoding", e.to_string())
+                })?
+                .unwrap_or_default(),
+            prefix: sc.signature_prefix.clone(),
+            algorithm: sc
+                .signature_algorithm
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e: idemgate_providers::ConfigError| {
+                    sc.invalid("signature_algorithm", e.to_string())
+                })?
+                .unwrap_or_default(),
+            timestamp_header: sc.timestamp_header.clone(),
+            signed_payload: sc.signed_payload.clone(),
+            event_id: key_source()?,
+        }),
+        "none" => Scheme::None(NoneScheme {
+            event_id: key_source()?,
+        }),
+        name => {
+            for (key, set) in [
+                ("signature_header", sc.signature_header.is_some()),
+                ("signature_encoding", sc.signature_encoding.is_some()),
+                ("signature_prefix", sc.signature_prefix.is_some()),
+                ("signature_algorithm", sc.signature_algorithm.is_some()),
+                ("signed_payload", sc.signed_payload.is_some()),
+                ("timestamp_header", sc.timestamp_header.is_some()),
+                ("event_id_header", sc.event_id_header.is_some()),
+                ("event_id_pointer", sc.event_id_pointer.is_some()),
+            ] {
+                if set {
+                    return Err(sc.invalid(
+                        key,
+                        format!("only for provider \"generic-hmac\" or \"none\", not {name:?}"),
+                    ));
+                }
+            }
+            Scheme::from_name(name).map_err(provider)?
+        }
+    };
+    let secrets = sc
+        .secrets
+        .iter()
+        .map(|s| Secret::new(s.as_bytes()))
+        .collect();
+    Verifier::new(scheme, secrets, sc.tolerance).map_err(|e| sc.invalid("secrets", e.to_string()))
+}
+
+/// Releases a claim if dropped before [`ReleaseOnDrop::disarm`]: the request was cancelled while
+/// the downstream had the delivery.
+struct ReleaseOnDrop {
+    armed: Option<(AppState, ClaimToken)>,
+}
+
+impl ReleaseOnDrop {
+    fn new(state: &AppState, token: &ClaimToken) -> Self {
+        Self {
+            armed: Some((state.clone(), token.clone())),
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some((state, token)) = self.armed.take() {
+            let releases = state.releases.clone();
+            releases.spawn(async move {
+                match state.store.release(&token).await {
+                    Ok(()) => tracing::info!(source = %token.key.source, attempt = token.attempt, "released the claim of a dropped request"),
+                    Err(e) => tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release the claim of a dropped request; its lease will lapse"),
+                }
+            });
+        }
+    }
+}
