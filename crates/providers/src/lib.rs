@@ -1,1 +1,66 @@
-//! Webhook signature verification.
+//! Webhook signature verification and event-id extraction, per provider, for the idemgate
+//! gateway.
+//!
+//! # Layout
+//! - [`Scheme`] names what a source's sender signs and where its event id lives: the built-in
+//!   providers ([`stripe`], [`github`], [`shopify`], [`slack`], [`standard_webhooks`], [`svix`],
+//!   [`paddle`]), a configurable [`GenericHmac`], and `none` ([`NoneScheme`]) for trusted internal
+//!   senders, which the gateway must then guard with a bearer token.
+//! - [`Verifier`] holds one source's scheme, its active [`Secret`]s (several during rotation) and
+//!   the timestamp tolerance; [`Verifier::verify`] checks a delivery and returns its
+//!   [`Verified`] event id. [`Verifier::sign`] produces a delivery's headers, for tests and load
+//!   generation.
+//! - Each provider module holds its header names and a `sign` helper that writes the signature
+//!   header exactly as the provider does (for tests and load generation).
+//! - Errors: [`ConfigError`] at configuration time, [`VerifyError`] per delivery (with
+//!   [`status`](VerifyError::status) and [`kind`](VerifyError::kind) for the HTTP answer),
+//!   [`SignError`] from the signing helpers.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use idemgate_providers::{Scheme, Secret, Verifier};
+//!
+//! // Two active secrets while the sender rotates: either may sign.
+//! let verifier = Verifier::new(
+//!     Scheme::from_name("svix")?,
+//!     vec![Secret::from("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Secret::from("whsec_b2xkIHNlY3JldA==")],
+//!     Verifier::DEFAULT_TOLERANCE,
+//! )?;
+//! let now = SystemTime::now();
+//! let body = br#"{"type":"invoice.paid"}"#;
+//! let headers = verifier.sign("msg_2LJf9JQbLkzQhkBvQBM8sXrQK2s", now, body)?;
+//! let verified = verifier.verify(&headers, body, now)?;
+//! assert_eq!(verified.event_id.as_str(), "msg_2LJf9JQbLkzQhkBvQBM8sXrQK2s");
+//!
+//! // A minute later the same delivery still verifies; ten minutes later it is stale (401).
+//! assert!(verifier.verify(&headers, body, now + Duration::from_secs(60)).is_ok());
+//! let err = verifier.verify(&headers, body, now + Duration::from_secs(600)).unwrap_err();
+//! assert_eq!((err.status(), err.kind()), (401, "stale-timestamp"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Every signature comparison is constant-time. The timestamp tolerance (default 5 minutes) is a
+//! replay guard, **not** the retry window: each retry is signed again with a fresh timestamp, and
+//! how long an event id is remembered is set by the source's delivery contract.
+
+mod error;
+mod generic;
+mod scheme;
+mod secret;
+mod util;
+mod verifier;
+
+pub mod github;
+pub mod paddle;
+pub mod shopify;
+pub mod slack;
+pub mod standard_webhooks;
+pub mod stripe;
+pub mod svix;
+
+pub use error::{ConfigError, SignError, VerifyError};
+pub use scheme::{Algorithm, Encoding, GenericHmac, KeySource, NoneScheme, Scheme};
+pub use secret::Secret;
+pub use verifier::{Verified, Verifier};
+
+pub use idemgate_core::{EventId, KeyError};

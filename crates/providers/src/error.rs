@@ -1,0 +1,149 @@
+//! Errors of this crate: [`ConfigError`] when a verifier is built, [`VerifyError`] for each
+//! delivery, [`SignError`] from the signing helpers.
+
+use std::time::Duration;
+
+use http::HeaderName;
+use idemgate_core::KeyError;
+
+/// Why a [`Verifier`](crate::Verifier) or [`Scheme`](crate::Scheme) was refused at configuration
+/// time. No variant ever holds secret material.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A scheme name that is not one of [`Scheme::NAMES`](crate::Scheme::NAMES).
+    #[error("unknown signature scheme {name:?} (expected one of: {})", crate::Scheme::NAMES.join(", "))]
+    UnknownScheme { name: String },
+    /// An encoding name that is not `hex` or `base64`.
+    #[error("unknown signature encoding {name:?} (expected hex or base64)")]
+    UnknownEncoding { name: String },
+    /// An algorithm name that is not `sha1`, `sha256` or `sha512`.
+    #[error("unknown HMAC algorithm {name:?} (expected sha1, sha256 or sha512)")]
+    UnknownAlgorithm { name: String },
+    /// A scheme that signs with a secret was given none.
+    #[error("the {scheme} scheme needs at least one secret")]
+    NoSecrets { scheme: &'static str },
+    /// The `none` scheme was given secrets: it checks no signature, the gateway checks a bearer
+    /// token instead, so a secret here would protect nothing.
+    #[error(
+        "the none scheme takes no secrets (it checks no signature; the gateway requires a bearer token instead)"
+    )]
+    SecretsNotAllowed,
+    /// One secret, by its position in the list (from 0), is not in the form the scheme needs.
+    /// The secret itself is never included.
+    //
+    // No `#[source]`: base64's decode error quotes the offending byte, which is part of the secret.
+    #[error("secret #{index} for the {scheme} scheme: {why}")]
+    Secret {
+        index: usize,
+        scheme: &'static str,
+        why: &'static str,
+    },
+    /// A required setting is empty (for example `generic-hmac` without a `header`).
+    #[error("{scheme}: {field} is required")]
+    Missing {
+        scheme: &'static str,
+        field: &'static str,
+    },
+    /// A header name that HTTP does not allow.
+    #[error("{field}: {name:?} is not a valid header name")]
+    HeaderName {
+        field: &'static str,
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderName,
+    },
+    /// An RFC 6901 JSON pointer that does not parse or names the whole document.
+    #[error("{field}: invalid JSON pointer {pointer:?}: {why}")]
+    JsonPointer {
+        field: &'static str,
+        pointer: String,
+        why: &'static str,
+    },
+    /// A `generic-hmac` `signed_payload` template that cannot be used.
+    #[error("signed_payload template {template:?}: {why}")]
+    Template { template: String, why: &'static str },
+    /// A zero timestamp tolerance would reject every delivery.
+    #[error("the timestamp tolerance must be greater than zero")]
+    ZeroTolerance,
+}
+
+/// Why a delivery was refused. [`status`](Self::status) and [`kind`](Self::kind) tell the gateway
+/// how to answer; no variant reveals a secret, an expected signature or which secret was tried.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// A header the scheme needs is absent.
+    #[error("missing header {header}")]
+    MissingHeader { header: HeaderName },
+    /// A header is present but cannot be read (not UTF-8, wrong shape, bad encoding). The value is
+    /// not echoed.
+    #[error("malformed header {header}: {why}")]
+    MalformedHeader {
+        header: HeaderName,
+        why: &'static str,
+    },
+    /// No signature in the request matches any active secret.
+    #[error("no signature matches")]
+    BadSignature,
+    /// The signed timestamp is older than the tolerance (a replay guard, not the retry window).
+    #[error("signature timestamp is {}s old, beyond the tolerance", age.as_secs())]
+    StaleTimestamp { age: Duration },
+    /// The signed timestamp is further in the future than the tolerance.
+    #[error("signature timestamp is {}s in the future, beyond the tolerance", ahead.as_secs())]
+    FutureTimestamp { ahead: Duration },
+    /// The verified delivery carries no event id where the scheme expects one.
+    #[error("no event id in {location}")]
+    MissingEventId { location: String },
+    /// The event id is there but is not a valid [`EventId`](idemgate_core::EventId).
+    #[error("event id refused")]
+    InvalidEventId(#[source] KeyError),
+    /// The event id must come from a JSON body, and the body does not parse.
+    #[error("body is not valid JSON")]
+    InvalidJson(#[source] serde_json::Error),
+}
+
+impl VerifyError {
+    /// The HTTP status to answer with: 401 when the sender is not authenticated, 400 when it is but
+    /// the delivery has no usable event id.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::MissingHeader { .. }
+            | Self::MalformedHeader { .. }
+            | Self::BadSignature
+            | Self::StaleTimestamp { .. }
+            | Self::FutureTimestamp { .. } => 401,
+            Self::MissingEventId { .. } | Self::InvalidEventId(_) | Self::InvalidJson(_) => 400,
+        }
+    }
+
+    /// A stable slug for problem+json `type` URIs and metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::MissingHeader { .. } => "missing-header",
+            Self::MalformedHeader { .. } => "malformed-header",
+            Self::BadSignature => "bad-signature",
+            Self::StaleTimestamp { .. } => "stale-timestamp",
+            Self::FutureTimestamp { .. } => "future-timestamp",
+            Self::MissingEventId { .. } => "missing-event-id",
+            Self::InvalidEventId(_) => "invalid-event-id",
+            Self::InvalidJson(_) => "invalid-json",
+        }
+    }
+}
+
+/// Why a signing helper could not produce a delivery's headers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignError {
+    /// The event id cannot be sent in the header the scheme reads it from.
+    #[error("the event id cannot be sent in header {header}")]
+    HeaderValue {
+        header: HeaderName,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+    /// The signing time is before 1970.
+    #[error("the signing time is before the Unix epoch")]
+    BeforeEpoch,
+}

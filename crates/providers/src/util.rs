@@ -1,0 +1,350 @@
+//! Crate-private helpers shared by the schemes: keyed MACs, hex and base64, header access,
+//! timestamps, and event-id extraction.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac};
+use http::{HeaderMap, HeaderName};
+use idemgate_core::{EventId, KeyError};
+
+use crate::error::VerifyError;
+use crate::scheme::Algorithm;
+
+/// An HMAC already keyed with one secret: cloning it skips re-hashing the key on every request.
+#[derive(Clone)]
+pub(crate) enum Keyed {
+    Sha1(Hmac<sha1::Sha1>),
+    Sha256(Hmac<sha2::Sha256>),
+    Sha512(Hmac<sha2::Sha512>),
+}
+
+impl fmt::Debug for Keyed {
+    // Never print key material, however it is derived.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let alg = match self {
+            Self::Sha1(_) => "sha1",
+            Self::Sha256(_) => "sha256",
+            Self::Sha512(_) => "sha512",
+        };
+        write!(f, "Keyed({alg}, <redacted>)")
+    }
+}
+
+impl Keyed {
+    pub(crate) fn new(algorithm: Algorithm, key: &[u8]) -> Self {
+        // HMAC accepts keys of any length (long ones are hashed first), so `new_from_slice`
+        // cannot fail here: this is an invariant of the construction, not a property of input.
+        const ANY_LENGTH: &str = "HMAC accepts keys of any length";
+        match algorithm {
+            Algorithm::Sha1 => Self::Sha1(Hmac::new_from_slice(key).expect(ANY_LENGTH)),
+            Algorithm::Sha256 => Self::Sha256(Hmac::new_from_slice(key).expect(ANY_LENGTH)),
+            Algorithm::Sha512 => Self::Sha512(Hmac::new_from_slice(key).expect(ANY_LENGTH)),
+        }
+    }
+
+    pub(crate) fn sha256(key: &[u8]) -> Self {
+        Self::new(Algorithm::Sha256, key)
+    }
+
+    pub(crate) fn update(&mut self, data: &[u8]) {
+        match self {
+            Self::Sha1(m) => m.update(data),
+            Self::Sha256(m) => m.update(data),
+            Self::Sha512(m) => m.update(data),
+        }
+    }
+
+    /// The MAC of `parts`, concatenated.
+    pub(crate) fn over(&self, parts: &[&[u8]]) -> Self {
+        let mut mac = self.clone();
+        for part in parts {
+            mac.update(part);
+        }
+        mac
+    }
+
+    /// Constant-time comparison of this MAC with `tag` (a wrong length is simply no match).
+    pub(crate) fn matches(&self, tag: &[u8]) -> bool {
+        match self.clone() {
+            Self::Sha1(m) => m.verify_slice(tag).is_ok(),
+            Self::Sha256(m) => m.verify_slice(tag).is_ok(),
+            Self::Sha512(m) => m.verify_slice(tag).is_ok(),
+        }
+    }
+
+    pub(crate) fn finalize(self) -> Vec<u8> {
+        match self {
+            Self::Sha1(m) => m.finalize().into_bytes().to_vec(),
+            Self::Sha256(m) => m.finalize().into_bytes().to_vec(),
+            Self::Sha512(m) => m.finalize().into_bytes().to_vec(),
+        }
+    }
+}
+
+/// Whether any key's MAC over `parts` equals any candidate signature.
+///
+/// Every comparison is constant-time. The loop stops at the first match: which secret or which
+/// signature matched is not secret, only the expected value is.
+pub(crate) fn any_match(keys: &[Keyed], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
+    keys.iter().any(|key| {
+        let mac = key.over(parts);
+        candidates.iter().any(|c| mac.matches(c))
+    })
+}
+
+/// The signature check shared by every HMAC scheme.
+pub(crate) fn require_match(
+    keys: &[Keyed],
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> Result<(), VerifyError> {
+    if any_match(keys, parts, candidates) {
+        Ok(())
+    } else {
+        Err(VerifyError::BadSignature)
+    }
+}
+
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+/// Decodes hex in either case; `None` for an empty text, an odd length or a non-hex digit.
+pub(crate) fn hex_decode(text: &str) -> Option<Vec<u8>> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let bytes = text.as_bytes();
+    if bytes.is_empty() || !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
+        .collect()
+}
+
+/// Standard base64 (RFC 4648 §4), padding optional on input, always written on output.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
+    BASE64.encode(bytes)
+}
+
+/// `None` for an empty text or invalid base64.
+pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    BASE64.decode(text).ok().filter(|bytes| !bytes.is_empty())
+}
+
+/// A header's value as text.
+///
+/// # Errors
+/// [`VerifyError::MissingHeader`] when absent, [`VerifyError::MalformedHeader`] when the value is
+/// not UTF-8.
+pub(crate) fn header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<&'a str, VerifyError> {
+    match headers.get(name) {
+        None => Err(VerifyError::MissingHeader {
+            header: name.clone(),
+        }),
+        Some(value) => value_text(value, name),
+    }
+}
+
+/// A header's value as text, `None` when absent.
+///
+/// # Errors
+/// [`VerifyError::MalformedHeader`] when the value is not UTF-8.
+pub(crate) fn optional_header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a str>, VerifyError> {
+    headers.get(name).map(|v| value_text(v, name)).transpose()
+}
+
+pub(crate) fn value_text<'a>(
+    value: &'a http::HeaderValue,
+    name: &HeaderName,
+) -> Result<&'a str, VerifyError> {
+    std::str::from_utf8(value.as_bytes()).map_err(|_| malformed(name, "not UTF-8"))
+}
+
+pub(crate) fn malformed(name: &HeaderName, why: &'static str) -> VerifyError {
+    VerifyError::MalformedHeader {
+        header: name.clone(),
+        why,
+    }
+}
+
+/// Parses a Unix time in whole seconds: ASCII digits only, no sign, no fraction.
+///
+/// # Errors
+/// [`VerifyError::MalformedHeader`] naming `name`.
+pub(crate) fn parse_unix_seconds(text: &str, name: &HeaderName) -> Result<SystemTime, VerifyError> {
+    let bad = || malformed(name, "timestamp is not a Unix time in whole seconds");
+    if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let secs: u64 = text.parse().map_err(|_| bad())?;
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(secs))
+        .ok_or_else(bad)
+}
+
+/// Rejects a signed timestamp older than `tolerance` or further than `tolerance` in the future.
+///
+/// # Errors
+/// [`VerifyError::StaleTimestamp`] or [`VerifyError::FutureTimestamp`].
+pub(crate) fn check_fresh(
+    signed_at: SystemTime,
+    now: SystemTime,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    match now.duration_since(signed_at) {
+        Ok(age) if age > tolerance => Err(VerifyError::StaleTimestamp { age }),
+        Ok(_) => Ok(()),
+        Err(e) if e.duration() > tolerance => Err(VerifyError::FutureTimestamp {
+            ahead: e.duration(),
+        }),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Validates an RFC 6901 JSON pointer naming a field (not the whole document).
+///
+/// # Errors
+/// A short reason.
+pub(crate) fn check_json_pointer(pointer: &str) -> Result<(), &'static str> {
+    if pointer.is_empty() {
+        return Err("an empty pointer names the whole document, not a field");
+    }
+    if !pointer.starts_with('/') {
+        return Err("must start with '/' (RFC 6901), e.g. /data/id");
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err("'~' must be followed by 0 or 1 (RFC 6901 escapes ~0 and ~1)");
+        }
+    }
+    Ok(())
+}
+
+/// Reads the event id at `pointer` in a JSON body.
+///
+/// A string is taken as is; a number as its JSON text (some senders use integer ids).
+///
+/// # Errors
+/// [`VerifyError::InvalidJson`] when the body does not parse, [`VerifyError::MissingEventId`] when
+/// the field is absent or null, [`VerifyError::InvalidEventId`] for any other kind of value or an
+/// id that [`EventId::new`] refuses.
+pub(crate) fn event_id_from_body(body: &[u8], pointer: &str) -> Result<EventId, VerifyError> {
+    let doc: serde_json::Value = serde_json::from_slice(body).map_err(VerifyError::InvalidJson)?;
+    match doc.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => Err(VerifyError::MissingEventId {
+            location: format!("body {pointer}"),
+        }),
+        Some(serde_json::Value::String(id)) => {
+            EventId::new(id.as_str()).map_err(VerifyError::InvalidEventId)
+        }
+        Some(serde_json::Value::Number(n)) => {
+            EventId::new(n.to_string()).map_err(VerifyError::InvalidEventId)
+        }
+        Some(_) => Err(VerifyError::InvalidEventId(KeyError::EventId {
+            why: format!("the value at {pointer} is not a string or a number"),
+        })),
+    }
+}
+
+/// Reads the event id from a header.
+///
+/// # Errors
+/// [`VerifyError::MissingEventId`] when absent, [`VerifyError::MalformedHeader`] when not UTF-8,
+/// [`VerifyError::InvalidEventId`] when [`EventId::new`] refuses it.
+pub(crate) fn event_id_from_header(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<EventId, VerifyError> {
+    match optional_header(headers, name)? {
+        None => Err(VerifyError::MissingEventId {
+            location: format!("header {name}"),
+        }),
+        Some(id) => EventId::new(id).map_err(VerifyError::InvalidEventId),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex_decode(&hex_encode(&bytes)), Some(bytes));
+        assert_eq!(hex_decode("ABcd"), Some(vec![0xab, 0xcd]));
+        assert_eq!(hex_decode("abc"), None);
+        assert_eq!(hex_decode(""), None);
+        assert_eq!(base64_decode(""), None);
+        assert_eq!(base64_decode("aGk"), Some(b"hi".to_vec()));
+        assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
+        assert_eq!(hex_decode("zz"), None);
+        assert_eq!(hex_decode("é1"), None);
+    }
+
+    #[test]
+    fn json_pointers() {
+        for ok in ["/id", "/data/id", "/a~0b/c~1d", "/items/0", "/"] {
+            assert!(check_json_pointer(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "id", "/a~2", "/a~"] {
+            assert!(check_json_pointer(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn freshness_is_symmetric() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let tol = Duration::from_secs(300);
+        assert!(check_fresh(t, t + tol, tol).is_ok());
+        assert!(check_fresh(t, t - tol, tol).is_ok());
+        assert!(matches!(
+            check_fresh(t, t + tol + Duration::from_secs(1), tol),
+            Err(VerifyError::StaleTimestamp { age }) if age == Duration::from_secs(301)
+        ));
+        assert!(matches!(
+            check_fresh(t, t - tol - Duration::from_secs(1), tol),
+            Err(VerifyError::FutureTimestamp { .. })
+        ));
+    }
+
+    #[test]
+    fn unix_seconds() {
+        let name = HeaderName::from_static("x-ts");
+        assert_eq!(
+            parse_unix_seconds("1614265330", &name).ok(),
+            Some(UNIX_EPOCH + Duration::from_secs(1_614_265_330))
+        );
+        for bad in ["", "-1", "+1", "1.5", " 1", "99999999999999999999", "１"] {
+            assert!(parse_unix_seconds(bad, &name).is_err(), "{bad:?}");
+        }
+    }
+}
