@@ -183,8 +183,11 @@ fn verify_error(e: VerifyError) -> AppError {
     }
 }
 
-/// Builds a source's verifier from its config.
-pub(crate) fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
+/// Builds a source's verifier from its config (also used by tests and load generators to sign).
+///
+/// # Errors
+/// A [`ConfigError`] naming the source and the key.
+pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
     let provider = |e: idemgate_providers::ConfigError| sc.invalid("provider", e.to_string());
     let key_source = || match (&sc.event_id_header, &sc.event_id_pointer) {
         (Some(h), None) => Ok(KeySource::Header(h.clone())),

@@ -44,6 +44,7 @@ use tower_http::timeout::TimeoutLayer;
 pub use crate::config::Config;
 use crate::config::{Limits, OnConflict, SourceConfig, SourcePolicy};
 use crate::error::AppError;
+pub use crate::ingest::verifier;
 use crate::metrics::{Metrics, RowCounts};
 pub use crate::store::AnyStore;
 
@@ -331,6 +332,78 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Serves HTTP/1.1 connections until `shutdown`, then drains: stops accepting, asks every
+/// connection to finish its request in flight and close, and after `grace` drops the requests
+/// still running (their claim guards release the claims).
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    grace: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let mut connections = tokio::task::JoinSet::new();
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(app.clone());
+                let mut draining = draining.clone();
+                connections.spawn(async move {
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        _ = async { let _ = draining.wait_for(|d| *d).await; } => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
+                        }
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        connections = connections.len(),
+        "shutting down: no new connections; finishing in-flight requests"
+    );
+    let _ = drain.send(true);
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            dropped = connections.len(),
+            "requests outlived the shutdown grace; dropping them and releasing their claims"
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+    Ok(())
+}
+
 /// Opens the store, serves `listener` until `shutdown` resolves, then drains: stops accepting,
 /// lets in-flight requests finish within `limits.shutdown_grace`, releases the claims of those
 /// that did not, and stops the sweeper.
@@ -359,23 +432,14 @@ pub async fn serve(
     let state = AppState::new(config, store)?;
     let cancel = CancellationToken::new();
     let sweeper = admin::spawn_sweeper(&state, config.store.sweep_interval, cancel.clone());
-    let draining = CancellationToken::new();
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown({
-        let draining = draining.clone();
-        async move {
-            shutdown.await;
-            tracing::info!("shutting down: no new connections; finishing in-flight requests");
-            draining.cancel();
-        }
-    });
-    let grace = config.limits.shutdown_grace;
-    let result = tokio::select! {
-        r = server.into_future() => r.map_err(StartError::Serve),
-        () = async { draining.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_s = grace.as_secs(), "in-flight requests outlived the shutdown grace; dropping them");
-            Ok(())
-        }
-    };
+    let result = accept_loop(
+        listener,
+        app(state.clone()),
+        config.limits.request_timeout,
+        config.limits.shutdown_grace,
+        shutdown,
+    )
+    .await;
     // Requests dropped above release their claims from guards; wait for those releases.
     state.releases.close();
     if tokio::time::timeout(Duration::from_secs(10), state.releases.wait())

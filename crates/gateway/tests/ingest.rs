@@ -1,0 +1,424 @@
+//! Deliveries over real HTTP: every provider, duplicates, failures, concurrency, shutdown.
+
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use axum::http::{HeaderMap, HeaderValue};
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{HistoryOutcome, Key};
+use support::{Behaviour, Downstream, Gateway, headers, sign};
+
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// One source per provider, all forwarding to `downstream`.
+fn every_provider(downstream: &Downstream) -> String {
+    let mut out = String::new();
+    for (name, provider, secret, extra) in [
+        ("stripe-live", "stripe", "whsec_stripe_test_secret", ""),
+        ("github-app", "github", "github-secret", ""),
+        ("shop", "shopify", "shpss_secret", ""),
+        ("slack-events", "slack", "slack-signing-secret", ""),
+        ("std", "standard-webhooks", SW_SECRET, ""),
+        ("clerk", "svix", SW_SECRET, ""),
+        ("paddle", "paddle", "pdl_ntfset_secret", ""),
+        (
+            "orders-bus",
+            "generic-hmac",
+            "bus-secret",
+            "retry_window = \"6h\"\nsignature_header = \"X-Signature\"\nsignature_prefix = \"sha256=\"\ntimestamp_header = \"X-Timestamp\"\nevent_id_pointer = \"/data/id\"\n",
+        ),
+    ] {
+        out.push_str(&format!(
+            "[[source]]\nname = \"{name}\"\nprovider = \"{provider}\"\nsecrets = [\"{secret}\"]\nforward_url = \"{}\"\n{extra}\n",
+            downstream.url
+        ));
+    }
+    out
+}
+
+/// A body carrying `id` wherever each provider reads it from the body.
+fn body_for(source: &str, id: &str) -> Vec<u8> {
+    let v = match source {
+        "stripe-live" => serde_json::json!({"id": id, "type": "invoice.paid", "object": "event"}),
+        "slack-events" => serde_json::json!({"event_id": id, "type": "event_callback"}),
+        "paddle" => serde_json::json!({"event_id": id, "event_type": "transaction.completed"}),
+        "orders-bus" => serde_json::json!({"data": {"id": id}, "kind": "order.created"}),
+        _ => serde_json::json!({"message": "hello", "n": 1}),
+    };
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn json_headers(mut h: HeaderMap) -> HeaderMap {
+    h.insert("content-type", HeaderValue::from_static("application/json"));
+    h
+}
+
+async fn history(gw: &Gateway, source: &str, id: &str) -> Vec<HistoryOutcome> {
+    // A second handle on the same SQLite file: reads go to their own connection.
+    let store = idemgate_sqlite::SqliteStore::open(gw.data_dir()).unwrap();
+    let view = store
+        .lookup(&Key::parse(source, id).unwrap())
+        .await
+        .unwrap();
+    view.history.iter().map(|h| h.outcome).collect()
+}
+
+/// The key the downstream sees in Idempotency-Key.
+fn downstream_key(source: &str, id: &str) -> String {
+    format!("{source}:{id}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_provider_forwards_a_signed_delivery_once() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let gw = Gateway::start(&every_provider(&down)).await;
+    for sc in gw.config.sources.clone() {
+        let name = sc.name.as_str();
+        let id = format!("evt_{name}_1");
+        let body = body_for(name, &id);
+        let signed = json_headers(sign(&gw, name, &id, SystemTime::now(), &body));
+        let first = gw
+            .post(&format!("/hooks/{name}"), signed.clone(), body.clone())
+            .await;
+        assert_eq!(
+            (first.status, first.outcome()),
+            (200, "forwarded"),
+            "{name}: {}",
+            String::from_utf8_lossy(&first.body)
+        );
+        let again = gw
+            .post(&format!("/hooks/{name}"), signed.clone(), body.clone())
+            .await;
+        assert_eq!(
+            (again.status, again.outcome()),
+            (200, "duplicate"),
+            "{name}"
+        );
+        // GitHub ids are scoped by hook id; without the header the delivery id stands alone.
+        let key = downstream_key(name, &id);
+        assert_eq!(
+            down.attempts(&key),
+            [1],
+            "{name}: forwarded once with attempt 1"
+        );
+
+        // A tampered body: 401, nothing stored.
+        let tampered_id = format!("evt_{name}_tampered");
+        let body = body_for(name, &tampered_id);
+        let signed = json_headers(sign(&gw, name, &tampered_id, SystemTime::now(), &body));
+        let mut evil = body.clone();
+        evil.extend_from_slice(b" ");
+        let r = gw.post(&format!("/hooks/{name}"), signed, evil).await;
+        assert_eq!((r.status, r.outcome()), (401, "bad-signature"), "{name}");
+        assert_eq!(r.headers["content-type"], "application/problem+json");
+        assert!(
+            history(&gw, name, &tampered_id).await.is_empty(),
+            "{name}: nothing stored"
+        );
+    }
+    assert_eq!(down.total(), gw.config.sources.len());
+    assert!(
+        down.content_types().iter().all(|c| c == "application/json"),
+        "the content type is forwarded"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_and_future_timestamps_are_refused() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let gw = Gateway::start(&every_provider(&down)).await;
+    for name in [
+        "stripe-live",
+        "slack-events",
+        "std",
+        "clerk",
+        "paddle",
+        "orders-bus",
+    ] {
+        for (offset, outcome) in [(-600i64, "stale-timestamp"), (600, "future-timestamp")] {
+            let id = format!("evt_{name}_{offset}");
+            let body = body_for(name, &id);
+            let at = if offset < 0 {
+                SystemTime::now() - Duration::from_secs(offset.unsigned_abs())
+            } else {
+                SystemTime::now() + Duration::from_secs(offset as u64)
+            };
+            let r = gw
+                .post(
+                    &format!("/hooks/{name}"),
+                    sign(&gw, name, &id, at, &body),
+                    body,
+                )
+                .await;
+            assert_eq!((r.status, r.outcome()), (401, outcome), "{name} {offset}");
+        }
+    }
+    assert_eq!(down.total(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rotated_secret_is_accepted() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_new\", \"whsec_old\"]\nforward_url = \"{}\"\n",
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    let sc = gw.config.sources[0].clone();
+    for (i, id) in [(0, "evt_new"), (1, "evt_old")] {
+        let body = body_for("stripe-live", id);
+        let h = support::signer(&sc, i)
+            .sign(id, SystemTime::now(), &body)
+            .unwrap();
+        let r = gw.post("/hooks/stripe-live", h, body).await;
+        assert_eq!((r.status, r.outcome()), (200, "forwarded"), "secret {i}");
+    }
+    // A secret not in the list is refused.
+    let mut stranger = sc.clone();
+    stranger.secrets = vec!["whsec_someone_else".into()];
+    let body = body_for("stripe-live", "evt_x");
+    let h = support::signer(&stranger, 0)
+        .sign("evt_x", SystemTime::now(), &body)
+        .unwrap();
+    assert_eq!(gw.post("/hooks/stripe-live", h, body).await.status, 401);
+    gw.stop().await;
+}
+
+fn one_source(down: &Downstream, extra: &str) -> String {
+    format!(
+        "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\nforward_url = \"{}\"\n{extra}\n",
+        down.url
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_deliveries_are_forwarded_once() {
+    let down = Downstream::start(Behaviour::Slow(Duration::from_millis(300))).await;
+    let gw = std::sync::Arc::new(Gateway::start(&one_source(&down, "")).await);
+    let body = body_for("stripe-live", "evt_storm");
+    let signed = sign(&gw, "stripe-live", "evt_storm", SystemTime::now(), &body);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(20));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (gw, signed, body, barrier) =
+                (gw.clone(), signed.clone(), body.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let r = gw.post("/hooks/stripe-live", signed, body).await;
+                (
+                    r.status,
+                    r.outcome().to_owned(),
+                    r.headers.get("retry-after").is_some(),
+                )
+            })
+        })
+        .collect();
+    let mut forwarded = 0;
+    for t in tasks {
+        let (status, outcome, retry_after) = t.await.unwrap();
+        match outcome.as_str() {
+            "forwarded" => forwarded += 1,
+            "in-flight" => assert!(status == 409 && retry_after, "409 with Retry-After"),
+            "duplicate" => assert_eq!(status, 200),
+            other => panic!("unexpected outcome {other} ({status})"),
+        }
+    }
+    assert_eq!(forwarded, 1);
+    assert_eq!(down.attempts("stripe-live:evt_storm"), [1]);
+    let r = gw.post("/hooks/stripe-live", signed, body).await;
+    assert_eq!(r.outcome(), "duplicate");
+    let gw = std::sync::Arc::into_inner(gw).unwrap();
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_forward_is_released_and_the_retry_is_processed() {
+    let down = Downstream::start(Behaviour::Fail).await;
+    let gw = Gateway::start(&one_source(&down, "")).await;
+    let body = body_for("stripe-live", "evt_retry");
+    let signed = sign(&gw, "stripe-live", "evt_retry", SystemTime::now(), &body);
+    let r = gw
+        .post("/hooks/stripe-live", signed.clone(), body.clone())
+        .await;
+    assert_eq!((r.status, r.outcome()), (502, "forward-failed"));
+    down.set(Behaviour::Ok);
+    let r = gw
+        .post("/hooks/stripe-live", signed.clone(), body.clone())
+        .await;
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"));
+    let r = gw.post("/hooks/stripe-live", signed, body).await;
+    assert_eq!(r.outcome(), "duplicate");
+    assert_eq!(
+        down.attempts("stripe-live:evt_retry").len(),
+        2,
+        "forwarded twice"
+    );
+    let h = history(&gw, "stripe-live", "evt_retry").await;
+    use HistoryOutcome::*;
+    assert_eq!(h, [Claimed, Released, Claimed, Completed, Duplicate]);
+    assert_eq!(
+        h.iter().filter(|o| **o == Completed).count(),
+        1,
+        "completed once"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hanging_downstream_gets_503_and_the_next_retry_is_processed() {
+    let down = Downstream::start(Behaviour::Hang).await;
+    let gw = Gateway::start(&one_source(&down, "forward_timeout = \"300ms\"")).await;
+    let body = body_for("stripe-live", "evt_hang");
+    let signed = sign(&gw, "stripe-live", "evt_hang", SystemTime::now(), &body);
+    let r = gw
+        .post("/hooks/stripe-live", signed.clone(), body.clone())
+        .await;
+    assert_eq!((r.status, r.outcome()), (503, "forward-timeout"));
+    down.set(Behaviour::Ok);
+    let r = gw.post("/hooks/stripe-live", signed, body).await;
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_downstream_gets_502_and_releases() {
+    // A port nothing listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", closed.local_addr().unwrap());
+    drop(closed);
+    let config = format!(
+        "[[source]]\nname = \"s\"\nprovider = \"github\"\nsecrets = [\"x\"]\nforward_url = \"{url}\"\n"
+    );
+    let gw = Gateway::start(&config).await;
+    let body = b"{}".to_vec();
+    let r = gw
+        .post(
+            "/hooks/s",
+            sign(&gw, "s", "d-1", SystemTime::now(), &body),
+            body,
+        )
+        .await;
+    assert_eq!((r.status, r.outcome()), (502, "forward-unreachable"));
+    assert_eq!(
+        history(&gw, "s", "d-1").await,
+        [HistoryOutcome::Claimed, HistoryOutcome::Released]
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conflicts_follow_the_source_policy() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "{}[[source]]\nname = \"strict\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\nforward_url = \"{}\"\non_conflict = \"reject\"\n",
+        one_source(&down, ""),
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    for (source, status) in [("stripe-live", 200), ("strict", 409)] {
+        let first = serde_json::to_vec(&serde_json::json!({"id": "evt_c", "amount": 1})).unwrap();
+        let other = serde_json::to_vec(&serde_json::json!({"id": "evt_c", "amount": 2})).unwrap();
+        let r = gw
+            .post(
+                &format!("/hooks/{source}"),
+                sign(&gw, source, "evt_c", SystemTime::now(), &first),
+                first,
+            )
+            .await;
+        assert_eq!(r.outcome(), "forwarded");
+        let r = gw
+            .post(
+                &format!("/hooks/{source}"),
+                sign(&gw, source, "evt_c", SystemTime::now(), &other),
+                other,
+            )
+            .await;
+        assert_eq!((r.status, r.outcome()), (status, "conflict"), "{source}");
+        assert_eq!(
+            history(&gw, source, "evt_c").await.last(),
+            Some(&HistoryOutcome::Conflict)
+        );
+    }
+    assert_eq!(down.total(), 2, "a conflict is never forwarded");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_releases_claims_whose_forward_did_not_finish() {
+    let down = Downstream::start(Behaviour::Hang).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[limits]\nshutdown_grace = \"200ms\"\n[store]\npath = {:?}\n",
+        one_source(&down, "forward_timeout = \"30s\""),
+        dir.path().display().to_string()
+    );
+    let gw = Gateway::start_with(&config).await;
+    let body = body_for("stripe-live", "evt_shutdown");
+    let signed = sign(&gw, "stripe-live", "evt_shutdown", SystemTime::now(), &body);
+    let url = gw.url("/hooks/stripe-live");
+    let pending = tokio::spawn(async move {
+        support::send(axum::http::Method::POST, &url, signed, body.into()).await
+    });
+    for _ in 0..100 {
+        if !down.attempts("stripe-live:evt_shutdown").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        down.attempts("stripe-live:evt_shutdown"),
+        [1],
+        "the forward is in flight"
+    );
+    tokio::time::timeout(Duration::from_secs(20), gw.stop())
+        .await
+        .expect("shutdown is bounded by the grace");
+    // The sender saw its connection end without a 2xx, so it will retry.
+    assert!(
+        pending.await.unwrap().is_err(),
+        "no answer for a dropped request"
+    );
+    let store = idemgate_sqlite::SqliteStore::open(dir.path()).unwrap();
+    let view = store
+        .lookup(&Key::parse("stripe-live", "evt_shutdown").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        view.record.is_none(),
+        "the claim was released: {:?}",
+        view.record
+    );
+    let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [HistoryOutcome::Claimed, HistoryOutcome::Released]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_source_without_forward_url_acknowledges_once_claimed() {
+    let config = "api_tokens = [\"internal-token-0123456789\"]\n[[source]]\nname = \"bus\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"X-Event-Id\"\n";
+    let gw = Gateway::start(config).await;
+    let auth = [
+        ("authorization", "Bearer internal-token-0123456789"),
+        ("x-event-id", "m-1"),
+    ];
+    let r = gw.post("/hooks/bus", headers(&auth), "{}").await;
+    assert_eq!((r.status, r.outcome()), (200, "accepted"));
+    let r = gw.post("/hooks/bus", headers(&auth), "{}").await;
+    assert_eq!((r.status, r.outcome()), (200, "duplicate"));
+    let r = gw
+        .post("/hooks/bus", headers(&[("x-event-id", "m-2")]), "{}")
+        .await;
+    assert_eq!(
+        (r.status, r.outcome()),
+        (401, "unauthorized"),
+        "provider none needs the bearer token"
+    );
+    let r = gw.post("/hooks/bus", headers(&[auth[0]]), "{}").await;
+    assert_eq!((r.status, r.outcome()), (400, "missing-event-id"));
+    gw.stop().await;
+}
