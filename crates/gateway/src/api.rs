@@ -82,10 +82,14 @@ pub(crate) async fn create_claim(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (label, result) = match parse_json::<ClaimBody>(&body) {
+    // Authenticate before reading anything of the body.
+    let (label, result) = match state
+        .authorize(&headers)
+        .and_then(|()| parse_json::<ClaimBody>(&body))
+    {
         Ok(req) => {
             let label = state.label(&req.source).to_owned();
-            (label, claim(&state, &headers, req).await)
+            (label, claim(&state, req).await)
         }
         Err(e) => ("unknown".to_owned(), Err(e)),
     };
@@ -94,12 +98,7 @@ pub(crate) async fn create_claim(
     response
 }
 
-async fn claim(
-    state: &AppState,
-    headers: &HeaderMap,
-    req: ClaimBody,
-) -> Result<Response, AppError> {
-    state.authorize(headers)?;
+async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     let (src, key) = key(state, &req.source, &req.event_id)?;
     let mut claim = src.claim_request(key.clone());
     if let Some(fp) = &req.fingerprint {
