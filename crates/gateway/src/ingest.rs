@@ -57,10 +57,20 @@ async fn receive(
         state.authorize(headers)?;
     }
     let body = read_body(body, state.limits.body_limit).await?;
-    let verified = src
-        .verifier
-        .verify(headers, &body, SystemTime::now())
-        .map_err(verify_error)?;
+    let verified = match src.verifier.verify(headers, &body, SystemTime::now()) {
+        Ok(v) => v,
+        Err(VerifyError::MissingEventId { .. })
+            if let Some(challenge) = slack_challenge(src, &body) =>
+        {
+            // Slack's signed handshake when an Events API URL is set: echo the challenge.
+            return Ok(answer(
+                StatusCode::OK,
+                "challenge",
+                json!({ "challenge": challenge }),
+            ));
+        }
+        Err(e) => return Err(verify_error(e)),
+    };
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     let key = Key::new(src.name.clone(), verified.event_id);
     let outcome = state
@@ -141,6 +151,17 @@ async fn process(
             })
         }
     }
+}
+
+/// The `challenge` of a Slack `url_verification` body (already signature-checked).
+fn slack_challenge(src: &Source, body: &[u8]) -> Option<String> {
+    if !matches!(src.verifier.scheme(), Scheme::Slack) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    (v.get("type")?.as_str()? == "url_verification")
+        .then(|| v.get("challenge")?.as_str().map(str::to_owned))
+        .flatten()
 }
 
 fn answer(status: StatusCode, outcome: &'static str, body: serde_json::Value) -> Response {

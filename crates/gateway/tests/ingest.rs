@@ -422,3 +422,28 @@ async fn a_source_without_forward_url_acknowledges_once_claimed() {
     assert_eq!((r.status, r.outcome()), (400, "missing-event-id"));
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_url_verification_is_answered_only_when_signed() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let gw = Gateway::start(&every_provider(&down)).await;
+    let body = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+    let r = gw
+        .post(
+            "/hooks/slack-events",
+            sign(&gw, "slack-events", "", SystemTime::now(), body),
+            &body[..],
+        )
+        .await;
+    assert_eq!((r.status, r.outcome()), (200, "challenge"));
+    assert_eq!(
+        r.json()["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    );
+    let r = gw
+        .post("/hooks/slack-events", headers(&[]), &body[..])
+        .await;
+    assert_eq!(r.status, 401, "an unsigned handshake is refused");
+    assert_eq!(down.total(), 0);
+    gw.stop().await;
+}
