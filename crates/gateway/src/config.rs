@@ -131,6 +131,9 @@ pub enum ExpiryMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
+    /// The schema holding idemgate's tables (created by the migrations).
+    #[serde(default = "default_schema")]
+    pub schema: String,
     /// Most claims in one group-committed statement.
     #[serde(default = "default_batch_max")]
     pub batch_max: u32,
@@ -159,6 +162,7 @@ pub struct PostgresConfig {
 impl Default for PostgresConfig {
     fn default() -> Self {
         Self {
+            schema: default_schema(),
             batch_max: default_batch_max(),
             batch_linger: default_batch_linger(),
             pool_size: default_pool_size(),
@@ -171,6 +175,9 @@ impl Default for PostgresConfig {
     }
 }
 
+fn default_schema() -> String {
+    "idemgate".to_owned()
+}
 fn default_batch_max() -> u32 {
     256
 }

@@ -149,6 +149,7 @@ fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     let nz = |n: u32, d: usize| {
         NonZeroUsize::new(n as usize).unwrap_or(NonZeroUsize::new(d).expect("non-zero"))
     };
+    pg.schema = p.schema.clone();
     pg.pool_size = nz(p.pool_size, 16);
     pg.batch_max = nz(p.batch_max, 256);
     pg.batch_linger = p.batch_linger;
