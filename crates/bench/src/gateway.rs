@@ -34,7 +34,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "both")]
     store: StoreArg,
     /// PostgreSQL for `--store postgres` (a schema of its own is created and dropped).
-    #[arg(long, env = "IDEMGATE_TEST_POSTGRES", default_value = "postgres://root@localhost/test")]
+    #[arg(
+        long,
+        env = "IDEMGATE_TEST_POSTGRES",
+        default_value = "postgres://root@localhost/test"
+    )]
     postgres: String,
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 64)]
@@ -59,7 +63,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         None => std::env::current_exe()?.with_file_name("idemgate"),
     };
     if !bin.exists() {
-        bail!("{} not found: build it with `cargo build --release -p idemgate`, or pass --idemgate", bin.display());
+        bail!(
+            "{} not found: build it with `cargo build --release -p idemgate`, or pass --idemgate",
+            bin.display()
+        );
     }
     let stores: &[&str] = match args.store {
         StoreArg::Sqlite => &["sqlite"],
@@ -79,7 +86,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             format!("{:.0}", raw),
             format!("{:.2}", gw.rps / raw),
             format!("{:.1}", gw.peak_rss_kib as f64 / 1024.0),
-            format!("{}/{}/{}/{}", gw.forwarded, gw.duplicates, gw.in_flight, gw.other),
+            format!(
+                "{}/{}/{}/{}",
+                gw.forwarded, gw.duplicates, gw.in_flight, gw.other
+            ),
         ]);
     }
     println!(
@@ -91,7 +101,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     print!(
         "{}",
         table(
-            &["store", "gateway req/s", "p50 ms", "p99 ms", "max ms", "raw claims/s", "ratio", "peak RSS MiB", "forwarded/duplicate/in-flight/other"],
+            &[
+                "store",
+                "gateway req/s",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "raw claims/s",
+                "ratio",
+                "peak RSS MiB",
+                "forwarded/duplicate/in-flight/other"
+            ],
             &rows
         )
     );
@@ -100,13 +120,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// A PostgreSQL schema name no other run uses.
 fn schema(prefix: &str) -> String {
-    format!("{prefix}_{}_{}", std::process::id(), SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis())
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    )
 }
 
 async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
-    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await?;
     Ok(())
 }
 
@@ -114,7 +143,14 @@ async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
 async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
     let n = args.requests;
     let callers = args.connections;
-    let run = |store: Arc<dyn Fn(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> + Send + Sync>| async move {
+    let run = |store: Arc<
+        dyn Fn(
+                usize,
+            )
+                -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>
+            + Send
+            + Sync,
+    >| async move {
         let next = Arc::new(AtomicUsize::new(0));
         let started = Instant::now();
         let tasks: Vec<_> = (0..callers)
@@ -138,7 +174,11 @@ async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
     };
     fn req(i: usize) -> ClaimRequest {
         let key = Key::parse("stripe-live", &format!("evt_raw_{i}")).expect("key");
-        ClaimRequest::new(key, Duration::from_secs(60), Duration::from_secs(7 * 86_400))
+        ClaimRequest::new(
+            key,
+            Duration::from_secs(60),
+            Duration::from_secs(7 * 86_400),
+        )
     }
     async fn check(outcome: Result<ClaimOutcome, idemgate_core::StoreError>) -> anyhow::Result<()> {
         match outcome? {
@@ -160,7 +200,9 @@ async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
             let schema = schema("bench_raw");
             let mut cfg = idemgate_postgres::PgConfig::new(args.postgres.clone());
             cfg.schema = schema.clone();
-            let s = idemgate_postgres::PgStore::connect(cfg).await.context("PostgreSQL for the raw claims")?;
+            let s = idemgate_postgres::PgStore::connect(cfg)
+                .await
+                .context("PostgreSQL for the raw claims")?;
             let result = run(Arc::new(move |i| {
                 let s = s.clone();
                 Box::pin(async move { check(s.claim(req(i)).await).await })
@@ -245,8 +287,14 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
     let listen = free_port()?;
     let pg_schema = schema("bench_gw");
     let store_toml = match store {
-        "sqlite" => format!("[store]\nkind = \"sqlite\"\npath = {:?}\n", dir.path().join("data").display().to_string()),
-        _ => format!("[store]\nkind = \"postgres\"\nurl = {:?}\n[store.postgres]\nschema = {pg_schema:?}\n", args.postgres),
+        "sqlite" => format!(
+            "[store]\nkind = \"sqlite\"\npath = {:?}\n",
+            dir.path().join("data").display().to_string()
+        ),
+        _ => format!(
+            "[store]\nkind = \"postgres\"\nurl = {:?}\n[store.postgres]\nschema = {pg_schema:?}\n",
+            args.postgres
+        ),
     };
     let config = format!(
         "listen = \"{listen}\"\n{store_toml}\n[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"{SECRET}\"]\nforward_url = \"http://{down}/hook\"\n"
@@ -265,7 +313,11 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
     let ready = async {
         loop {
             if let Ok(mut conn) = Conn::open(listen).await
-                && conn.get("/healthz").await.map(|s| s == 200).unwrap_or(false)
+                && conn
+                    .get("/healthz")
+                    .await
+                    .map(|s| s == 200)
+                    .unwrap_or(false)
             {
                 return;
             }
@@ -291,7 +343,9 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
                         return Ok::<_, anyhow::Error>(seen);
                     };
                     let t = Instant::now();
-                    let outcome = conn.post("/hooks/stripe-live", headers, body.clone()).await?;
+                    let outcome = conn
+                        .post("/hooks/stripe-live", headers, body.clone())
+                        .await?;
                     seen.push((t.elapsed(), outcome));
                 }
             })
@@ -343,7 +397,9 @@ impl Conn {
     }
 
     async fn get(&mut self, path: &str) -> anyhow::Result<u16> {
-        let req = Request::get(path).header("host", "bench").body(Full::new(Bytes::new()))?;
+        let req = Request::get(path)
+            .header("host", "bench")
+            .body(Full::new(Bytes::new()))?;
         self.sender.ready().await?;
         let resp = self.sender.send_request(req).await?;
         let status = resp.status().as_u16();
@@ -352,8 +408,15 @@ impl Conn {
     }
 
     /// POSTs and returns the `Idemgate-Outcome`.
-    async fn post(&mut self, path: &str, headers: &hyper::HeaderMap, body: Bytes) -> anyhow::Result<String> {
-        let mut req = Request::post(path).header("host", "bench").body(Full::new(body))?;
+    async fn post(
+        &mut self,
+        path: &str,
+        headers: &hyper::HeaderMap,
+        body: Bytes,
+    ) -> anyhow::Result<String> {
+        let mut req = Request::post(path)
+            .header("host", "bench")
+            .body(Full::new(body))?;
         *req.headers_mut() = headers.clone();
         req.headers_mut().insert("host", "bench".parse()?);
         self.sender.ready().await?;

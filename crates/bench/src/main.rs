@@ -24,7 +24,9 @@ enum Scenario {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         match cli.scenario {
             Scenario::Gateway(args) => gateway::run(args).await,

@@ -37,7 +37,11 @@ pub fn ms(d: Duration) -> String {
 
 /// A markdown table.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!("| {} |\n|{}|\n", header.join(" | "), header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
+    let mut out = format!(
+        "| {} |\n|{}|\n",
+        header.join(" | "),
+        header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+    );
     for row in rows {
         out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
@@ -52,7 +56,14 @@ mod tests {
     fn percentiles_pick_the_nearest_rank() {
         let mut v: Vec<_> = (1..=100).map(Duration::from_millis).collect();
         let l = Latency::of(&mut v);
-        assert_eq!((l.p50, l.p99, l.max), (Duration::from_millis(50), Duration::from_millis(99), Duration::from_millis(100)));
+        assert_eq!(
+            (l.p50, l.p99, l.max),
+            (
+                Duration::from_millis(50),
+                Duration::from_millis(99),
+                Duration::from_millis(100)
+            )
+        );
         assert_eq!(Latency::of(&mut []).p99, Duration::ZERO);
     }
 }
