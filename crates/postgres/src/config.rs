@@ -133,7 +133,12 @@ impl PgConfig {
         if !options.is_empty() {
             options.push(' ');
         }
-        options.push_str(&format!("-c search_path={} -c TimeZone=UTC", self.schema));
+        // Generic plans: the claim functions' statements are planned once per connection, not on
+        // every call (their array parameters make custom plans no better).
+        options.push_str(&format!(
+            "-c search_path={} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan",
+            self.schema
+        ));
         pg.options(&options);
         if pg.get_application_name().is_none() {
             pg.application_name("idemgate");

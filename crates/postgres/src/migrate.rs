@@ -69,11 +69,32 @@ pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
 }
 
 async fn migrate_on(client: &mut Client, cfg: &PgConfig) -> Result<MigrateReport, PgError> {
-    let schema = cfg.schema.as_str();
     let tx = client
         .transaction()
         .await
         .map_err(PgError::db("starting the migration transaction"))?;
+    match migrate_in(&tx, cfg).await {
+        Ok(report) => {
+            tx.commit()
+                .await
+                .map_err(PgError::db("committing the migration"))?;
+            Ok(report)
+        }
+        Err(e) => {
+            // Roll back now rather than on drop, so the locks are gone when we return.
+            if let Err(rollback) = tx.rollback().await {
+                tracing::debug!(error = %rollback, "rolling the migration back");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn migrate_in(
+    tx: &tokio_postgres::Transaction<'_>,
+    cfg: &PgConfig,
+) -> Result<MigrateReport, PgError> {
+    let schema = cfg.schema.as_str();
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('idemgate:migrate:' || $1::text, 0))",
         &[&schema],
@@ -96,7 +117,7 @@ async fn migrate_on(client: &mut Client, cfg: &PgConfig) -> Result<MigrateReport
         .map_err(PgError::db("reading the schema version"))?
         .get(0);
     if found > SCHEMA_VERSION {
-        // Dropping `tx` rolls back: nothing was changed.
+        // The caller rolls back: nothing was changed.
         return Err(PgError::NewerSchema {
             schema: schema.to_owned(),
             found,
@@ -136,10 +157,7 @@ async fn migrate_on(client: &mut Client, cfg: &PgConfig) -> Result<MigrateReport
         applied.push(m.version);
     }
 
-    check_mode(&tx, cfg).await?;
-    tx.commit()
-        .await
-        .map_err(PgError::db("committing the migration"))?;
+    check_mode(tx, cfg).await?;
     Ok(MigrateReport {
         schema: schema.to_owned(),
         applied,

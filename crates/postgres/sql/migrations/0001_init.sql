@@ -238,12 +238,14 @@ $$;
 -- Answers one row per input element (r_idx is its 1-based position). Two claims of one key in a
 -- batch resolve as if sent one after the other in input order.
 --
--- 1. Partitioned mode first takes the advisory lock of every key, in hash order.
--- 2. Fast path, one statement: the first claim of each key that has no record inserts it (with its
---    history row). Rows are inserted in key order, so two batches wait on each other's keys in one
---    order and never in a cycle.
--- 3. Every other element goes through claim_one, in key order then input order; it sees this
---    batch's own earlier writes.
+-- 1. Partitioned mode first takes the advisory lock of every key, in hash order (so two batches
+--    never wait for each other's locks in a cycle).
+-- 2. Fast path, one statement: the first claim of each key that has no record (no live record, in
+--    partitioned mode) inserts it, with its history row. Rows go in in key order, so two batches
+--    wait on each other's keys in one order.
+-- 3. Every other element goes through claim_one, in key order then input order; it sees the
+--    writes of this batch's earlier elements. With distinct fresh keys (the common case) there is
+--    no such element and the whole batch is two statements.
 CREATE FUNCTION claim_batch(
     p_source      text[],
     p_event_id    text[],
@@ -268,20 +270,14 @@ DECLARE
     v_n           integer := coalesce(cardinality(p_source), 0);
     v_now         timestamptz := clock_timestamp();
     v_partitioned boolean;
-    v_order       integer[];
-    v_won_idx     integer[];
-    v_won         boolean[];
-    v_i           integer;
+    v_won         bigint;
     v_lock        bigint;
+    v_rest        record;
 BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
     SELECT m.value = 'partitioned' INTO v_partitioned FROM meta m WHERE m.key = 'dedup_mode';
-
-    SELECT array_agg(u.i::integer ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i)
-      INTO v_order
-      FROM unnest(p_source, p_event_id) WITH ORDINALITY AS u(s, e, i);
 
     IF v_partitioned THEN
         FOR v_lock IN
@@ -292,6 +288,7 @@ BEGIN
         END LOOP;
     END IF;
 
+    RETURN QUERY
     WITH firsts AS (
         SELECT DISTINCT ON (u.s COLLATE "C", u.e COLLATE "C")
                u.s, u.e, u.fp, u.lease_ms, u.ttl_ms, u.rcpt, u.nc
@@ -315,31 +312,29 @@ BEGIN
         INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
         SELECT ins.source, ins.event_id, 'claimed', 1, v_now, NULL, ins.fingerprint FROM ins
     )
-    SELECT coalesce(array_agg(u.i::integer), '{}')
-      INTO v_won_idx
+    SELECT u.i::integer, 'claimed'::text, 1, u.nc, epoch_ms(v_now), NULL::text, NULL::bigint
       FROM ins JOIN unnest(p_nonce) WITH ORDINALITY AS u(nc, i) ON u.nc = ins.nonce;
+    GET DIAGNOSTICS v_won = ROW_COUNT;
+    IF v_won = v_n THEN
+        RETURN;
+    END IF;
 
-    v_won := array_fill(false, ARRAY[v_n]);
-    FOREACH v_i IN ARRAY v_won_idx LOOP
-        v_won[v_i] := true;
-    END LOOP;
-
-    FOREACH v_i IN ARRAY v_order LOOP
-        r_idx := v_i;
-        IF v_won[v_i] THEN
-            r_outcome := 'claimed';
-            r_attempt := 1;
-            r_nonce := p_nonce[v_i];
-            r_first_seen_ms := epoch_ms(v_now);
-            r_state := NULL;
-            r_retry_after_ms := NULL;
-        ELSE
-            SELECT c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
-                   c.r_retry_after_ms
-              INTO r_outcome, r_attempt, r_nonce, r_first_seen_ms, r_state, r_retry_after_ms
-              FROM claim_one(p_source[v_i], p_event_id[v_i], p_fingerprint[v_i], p_lease_ms[v_i],
-                             p_ttl_ms[v_i], p_on_receipt[v_i], p_nonce[v_i], v_partitioned) AS c;
-        END IF;
+    -- The rest: elements whose nonce the fast path did not write (sorted, so read whole before
+    -- the first claim_one runs).
+    FOR v_rest IN
+        SELECT u.*
+          FROM unnest(p_source, p_event_id, p_fingerprint, p_lease_ms, p_ttl_ms, p_on_receipt,
+                      p_nonce) WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, i)
+         WHERE NOT EXISTS (SELECT 1 FROM dedup d
+                            WHERE d.source = u.s AND d.event_id = u.e AND d.nonce = u.nc)
+         ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i
+    LOOP
+        r_idx := v_rest.i;
+        SELECT c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
+               c.r_retry_after_ms
+          INTO r_outcome, r_attempt, r_nonce, r_first_seen_ms, r_state, r_retry_after_ms
+          FROM claim_one(v_rest.s, v_rest.e, v_rest.fp, v_rest.lease_ms, v_rest.ttl_ms,
+                         v_rest.rcpt, v_rest.nc, v_partitioned) AS c;
         RETURN NEXT;
     END LOOP;
 END

@@ -50,8 +50,11 @@ impl Drop for SchemaGuard {
                     return;
                 };
                 tokio::spawn(conn);
+                // Never hang a test run on a lock: give up (and say so) after 30 s.
                 if let Err(e) = client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .batch_execute(&format!(
+                        "SET lock_timeout = '30s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    ))
                     .await
                 {
                     eprintln!("could not drop test schema {schema}: {e}");

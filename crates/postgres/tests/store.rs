@@ -1,0 +1,501 @@
+//! The PostgreSQL store beyond the shared suite: migrations, group commit, partitions, sweeping,
+//! bad input. Each test runs on its own schema, dropped when it ends.
+
+mod common;
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{SchemaGuard, TestStore};
+use idemgate_core::{
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, HistoryOutcome, Key, Stats, StoreError,
+};
+use idemgate_postgres::{ConfigError, Expiry, PgConfig, PgError, PgStore, SCHEMA_VERSION};
+use tokio_util::sync::CancellationToken;
+
+fn key() -> Key {
+    Key::parse(
+        "src",
+        &format!("evt_{:016x}", idemgate_core::machine::nonce()),
+    )
+    .unwrap()
+}
+
+fn req(key: &Key, ttl: Duration) -> ClaimRequest {
+    ClaimRequest::new(key.clone(), Duration::from_secs(60), ttl)
+}
+
+/// Whether the test server answers; skips (or fails under CI) when it does not.
+async fn server_up() -> bool {
+    let result = tokio_postgres::connect(&common::url(), tokio_postgres::NoTls).await;
+    idemgate_core::testkit::require_service(result.map(|_| ()), common::WHAT_TO_START).is_some()
+}
+
+async fn tables(schema: &str) -> Vec<String> {
+    let client = common::raw(schema).await;
+    client
+        .query(
+            "SELECT relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migrations
+
+#[tokio::test]
+async fn migrations_are_idempotent() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, _guard) = common::config(Expiry::batched());
+    let first = idemgate_postgres::migrate(&cfg).await.unwrap();
+    assert_eq!(first.applied, [1]);
+    assert_eq!(first.version, SCHEMA_VERSION);
+    let again = idemgate_postgres::migrate(&cfg).await.unwrap();
+    assert!(again.applied.is_empty(), "{again:?}");
+    // connect migrates too, and finds nothing to do.
+    let store = PgStore::connect(cfg.clone()).await.unwrap();
+    drop(store);
+    assert!(tables(&cfg.schema).await.contains(&"dedup".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_migrators_both_succeed_once() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, _guard) = common::config(Expiry::partitioned());
+    let (a, b) = tokio::join!(
+        idemgate_postgres::migrate(&cfg),
+        idemgate_postgres::migrate(&cfg)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let mut applied = [a.applied, b.applied];
+    applied.sort();
+    assert_eq!(
+        applied,
+        [vec![], vec![1]],
+        "exactly one migrator applied version 1"
+    );
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_untouched() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, _guard) = common::config(Expiry::batched());
+    let client = common::raw(&cfg.schema).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {s}; \
+             CREATE TABLE {s}.schema_migrations (version bigint PRIMARY KEY, name text NOT NULL, \
+                 applied_at timestamptz NOT NULL DEFAULT now()); \
+             INSERT INTO {s}.schema_migrations (version, name) VALUES (999, 'from the future');",
+            s = cfg.schema
+        ))
+        .await
+        .unwrap();
+    let err = idemgate_postgres::migrate(&cfg).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PgError::NewerSchema {
+                found: 999,
+                known: SCHEMA_VERSION,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer idemgate"), "{err}");
+    let err = PgStore::connect(cfg.clone()).await.unwrap_err();
+    assert!(matches!(
+        StoreError::from(err),
+        StoreError::NewerSchema { found: 999, .. }
+    ));
+    // Nothing half-migrated: only the table we made is there.
+    assert_eq!(tables(&cfg.schema).await, ["schema_migrations"]);
+}
+
+#[tokio::test]
+async fn a_schema_of_the_other_expiry_mode_is_refused() {
+    if !server_up().await {
+        return;
+    }
+    let (mut cfg, _guard) = common::config(Expiry::batched());
+    idemgate_postgres::migrate(&cfg).await.unwrap();
+    cfg.expiry = Expiry::partitioned();
+    let err = PgStore::connect(cfg).await.unwrap_err();
+    assert!(matches!(err, PgError::ModeMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("batched mode"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Group commit
+
+/// On a current-thread runtime, `join!` queues every claim before the batcher runs, so they
+/// travel in one batch.
+#[tokio::test]
+async fn claims_of_one_key_in_one_batch_resolve_in_order() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let (a, b) = (key(), key());
+    let ttl = Duration::from_secs(3_600);
+    let (r1, r2, r3, r4, r5) = tokio::join!(
+        store.claim(req(&a, ttl)),
+        store.claim(req(&a, ttl)),
+        store.claim(req(&b, ttl).mode(ClaimMode::OnReceipt)),
+        store.claim(req(&a, ttl)),
+        store.claim(req(&b, ttl)),
+    );
+    assert!(matches!(r1.unwrap(), ClaimOutcome::Claimed { .. }));
+    assert!(matches!(r2.unwrap(), ClaimOutcome::InFlight { .. }));
+    assert!(matches!(r3.unwrap(), ClaimOutcome::Claimed { .. }));
+    assert!(matches!(r4.unwrap(), ClaimOutcome::InFlight { .. }));
+    assert!(matches!(r5.unwrap(), ClaimOutcome::Duplicate { .. }));
+    let hist = store.lookup(&a).await.unwrap().history;
+    let outcomes: Vec<_> = hist.iter().map(|h| h.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            HistoryOutcome::Claimed,
+            HistoryOutcome::InFlight,
+            HistoryOutcome::InFlight
+        ]
+    );
+    let first_b = store.lookup(&b).await.unwrap().history[0].at;
+    assert_eq!(hist[0].at, first_b, "one batch: one fast-path timestamp");
+}
+
+async fn row_version(client: &tokio_postgres::Client, k: &Key) -> (String, String) {
+    let row = client
+        .query_one(
+            "SELECT xmin::text, xmax::text FROM dedup WHERE event_id = $1",
+            &[&k.event_id.as_str()],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test]
+async fn duplicates_do_not_touch_the_dedup_row() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let k = key();
+    let token = match store
+        .claim(req(&k, Duration::from_secs(3_600)))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    store.complete(&token).await.unwrap();
+    let client = common::raw(&store.guard.schema).await;
+    let (xmin, xmax) = row_version(&client, &k).await;
+    for _ in 0..5 {
+        assert!(matches!(
+            store
+                .claim(req(&k, Duration::from_secs(3_600)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
+    let (xmin_after, xmax_after) = row_version(&client, &k).await;
+    assert_eq!(
+        (xmin, xmax),
+        (xmin_after, xmax_after),
+        "no new row version, no row lock"
+    );
+    assert_eq!(store.lookup(&k).await.unwrap().history.len(), 2 + 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partitions
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_key_across_a_partition_boundary_is_claimed_once() {
+    let Some(store) = TestStore::new(common::partitioned_hourly()).await else {
+        return;
+    };
+    // Ten minutes and three hours from now lie at least two one-hour partitions apart.
+    let (near, far) = (Duration::from_secs(600), Duration::from_secs(3 * 3_600));
+    let k = key();
+    assert!(matches!(
+        store.claim(req(&k, near)).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    assert!(matches!(
+        store.claim(req(&k, far)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+
+    // And racing: 32 callers, half on each side of the boundary.
+    let k = key();
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            let r = req(&k, if i % 2 == 0 { near } else { far });
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.claim(r).await.unwrap()
+            })
+        })
+        .collect();
+    let mut claimed = 0;
+    for t in tasks {
+        if matches!(t.await.unwrap(), ClaimOutcome::Claimed { .. }) {
+            claimed += 1;
+        }
+    }
+    assert_eq!(claimed, 1);
+    let client = common::raw(&store.guard.schema).await;
+    let rows: i64 = client
+        .query_one(
+            "SELECT count(*) FROM dedup WHERE event_id = $1",
+            &[&k.event_id.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_dedup_partitions_are_dropped_whole() {
+    let Some(store) = TestStore::new(Expiry::Partitioned {
+        width: Duration::from_secs(1),
+    })
+    .await
+    else {
+        return;
+    };
+    let (short, long) = (key(), key());
+    store
+        .claim(req(&short, Duration::from_millis(200)))
+        .await
+        .unwrap();
+    store
+        .claim(req(&long, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let client = common::raw(&store.guard.schema).await;
+    let partition_of = |event_id: String| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT tableoid::regclass::text FROM dedup WHERE event_id = $1",
+                    &[&event_id],
+                )
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        }
+    };
+    let short_part = partition_of(short.event_id.to_string()).await;
+    let long_part = partition_of(long.event_id.to_string()).await;
+    // The short record's partition ends at most 1.2 s from now.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let report = store.store.maintain_partitions().await.unwrap();
+    assert!(
+        report.dropped.contains(&short_part),
+        "{short_part} not in {report:?}"
+    );
+    assert!(!report.dropped.contains(&long_part));
+    let view = store.lookup(&short).await.unwrap();
+    assert!(view.record.is_none());
+    assert_eq!(
+        view.history.len(),
+        1,
+        "history outlives the dedup partition"
+    );
+    assert!(store.lookup(&long).await.unwrap().record.is_some());
+    // The partitions ahead were created: a claim right now still lands.
+    assert!(!report.created.is_empty());
+    assert!(matches!(
+        store
+            .claim(req(&key(), Duration::from_secs(5)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn history_partitions_past_the_retention_are_dropped() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let client = common::raw(&store.guard.schema).await;
+    client
+        .batch_execute(
+            "CREATE TABLE history_y2020m01 PARTITION OF history \
+                 FOR VALUES FROM ('2020-01-01 00:00:00+00') TO ('2020-02-01 00:00:00+00'); \
+             INSERT INTO history (source, event_id, outcome, attempt, received_at) \
+                 VALUES ('src', 'old', 'claimed', 1, '2020-01-15 12:00:00+00');",
+        )
+        .await
+        .unwrap();
+    let current = key();
+    store
+        .claim(req(&current, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let report = store.store.maintain_partitions().await.unwrap();
+    assert_eq!(report.dropped, ["history_y2020m01"]);
+    assert!(
+        !tables(&store.guard.schema)
+            .await
+            .contains(&"history_y2020m01".to_owned())
+    );
+    assert_eq!(store.lookup(&current).await.unwrap().history.len(), 1);
+    // Nothing else is past the retention: a second run drops nothing.
+    assert!(
+        store
+            .store
+            .maintain_partitions()
+            .await
+            .unwrap()
+            .dropped
+            .is_empty()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeping
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_sweep_run_stops_at_an_empty_batch() {
+    let (mut cfg, guard) = common::config(Expiry::Batched {
+        batch: NonZeroU32::new(3).unwrap(),
+        pause: Duration::from_millis(5),
+    });
+    cfg.pool_size = NonZeroUsize::new(4).unwrap();
+    let Some(store) = common::connect(cfg).await else {
+        return;
+    };
+    let _guard = guard;
+    for _ in 0..7 {
+        store
+            .claim(req(&key(), Duration::from_millis(100)))
+            .await
+            .unwrap();
+    }
+    let live = key();
+    store
+        .claim(req(&live, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.stats().await.unwrap().expired, 7);
+    let mut batches = Vec::new();
+    let report = store
+        .sweep_run(&CancellationToken::new(), |n| batches.push(n))
+        .await
+        .unwrap();
+    assert_eq!(batches, [3, 3, 1, 0]);
+    assert_eq!(
+        (report.rows, report.batches, report.cancelled),
+        (7, 4, false)
+    );
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.live, stats.expired), (1, 0));
+    assert_eq!(stats.history_rows, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_sweeper_sweeps_and_stops_on_cancel() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    store
+        .claim(req(&key(), Duration::from_millis(50)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancel = CancellationToken::new();
+    let handle = idemgate_postgres::spawn_sweeper(
+        store.store.clone(),
+        Duration::from_millis(20),
+        cancel.clone(),
+    );
+    let mut swept = false;
+    for _ in 0..100 {
+        if store.store.stats().await.unwrap().expired == 0 {
+            swept = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(swept, "the sweeper removed the expired record");
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), handle)
+        .await
+        .expect("the sweeper stops on cancel")
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+#[tokio::test]
+async fn an_unparsable_url_is_a_config_error() {
+    let err = PgStore::connect(PgConfig::new("postgres://root@localhost:notaport/test"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PgError::Config(ConfigError::Url { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("postgres.url"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the cause is kept"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_server() {
+    let err = PgStore::connect(PgConfig::new("postgres://root@127.0.0.1:1/test"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PgError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("127.0.0.1:1/test"), "{err}");
+    let store_err = StoreError::from(err);
+    assert!(matches!(store_err, StoreError::Backend { .. }));
+}
+
+#[tokio::test]
+async fn a_partition_width_that_does_not_divide_a_day_is_refused_before_connecting() {
+    let (mut cfg, _guard): (PgConfig, SchemaGuard) = common::config(Expiry::Partitioned {
+        width: Duration::from_secs(7 * 3_600),
+    });
+    // Even with a server that does not exist: validation comes first.
+    cfg.url = "postgres://root@127.0.0.1:1/test".to_owned();
+    let err = PgStore::connect(cfg.clone()).await.unwrap_err();
+    assert!(
+        matches!(err, PgError::Config(ConfigError::PartitionWidth { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("postgres.expiry.width"), "{err}");
+    assert!(matches!(
+        idemgate_postgres::migrate(&cfg).await,
+        Err(PgError::Config(_))
+    ));
+}
