@@ -141,60 +141,11 @@ async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
 
 /// Durable claims per second on a fresh store of the same kind, `connections` callers.
 async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
-    let n = args.requests;
-    let callers = args.connections;
-    let run = |store: Arc<
-        dyn Fn(
-                usize,
-            )
-                -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>
-            + Send
-            + Sync,
-    >| async move {
-        let next = Arc::new(AtomicUsize::new(0));
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..callers)
-            .map(|_| {
-                let (next, store) = (next.clone(), store.clone());
-                tokio::spawn(async move {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n {
-                            return Ok::<_, anyhow::Error>(());
-                        }
-                        store(i).await?;
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await??;
-        }
-        Ok::<_, anyhow::Error>(n as f64 / started.elapsed().as_secs_f64())
-    };
-    fn req(i: usize) -> ClaimRequest {
-        let key = Key::parse("stripe-live", &format!("evt_raw_{i}")).expect("key");
-        ClaimRequest::new(
-            key,
-            Duration::from_secs(60),
-            Duration::from_secs(7 * 86_400),
-        )
-    }
-    async fn check(outcome: Result<ClaimOutcome, idemgate_core::StoreError>) -> anyhow::Result<()> {
-        match outcome? {
-            ClaimOutcome::Claimed { .. } => Ok(()),
-            other => bail!("a raw claim of a new key answered {other:?}"),
-        }
-    }
     match store {
         "sqlite" => {
             let dir = tempfile::tempdir()?;
             let s = idemgate_sqlite::SqliteStore::open(dir.path())?;
-            run(Arc::new(move |i| {
-                let s = s.clone();
-                Box::pin(async move { check(s.claim(req(i)).await).await })
-            }))
-            .await
+            drive(s, args.requests, args.connections).await
         }
         _ => {
             let schema = schema("bench_raw");
@@ -203,15 +154,48 @@ async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
             let s = idemgate_postgres::PgStore::connect(cfg)
                 .await
                 .context("PostgreSQL for the raw claims")?;
-            let result = run(Arc::new(move |i| {
-                let s = s.clone();
-                Box::pin(async move { check(s.claim(req(i)).await).await })
-            }))
-            .await;
+            let result = drive(s, args.requests, args.connections).await;
             drop_schema(&args.postgres, &schema).await?;
             result
         }
     }
+}
+
+/// `n` claims of new keys from `callers` tasks; claims per second.
+pub async fn drive<S: ClaimStore + Clone + 'static>(
+    store: S,
+    n: usize,
+    callers: usize,
+) -> anyhow::Result<f64> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (next, store) = (next.clone(), store.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let key = Key::parse("stripe-live", &format!("evt_raw_{i}"))?;
+                    let req = ClaimRequest::new(
+                        key,
+                        Duration::from_secs(60),
+                        Duration::from_secs(7 * 86_400),
+                    );
+                    match store.claim(req).await? {
+                        ClaimOutcome::Claimed { .. } => {}
+                        other => bail!("a raw claim of a new key answered {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
 struct GatewayRun {
