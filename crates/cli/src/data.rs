@@ -165,33 +165,7 @@ pub(crate) async fn lookup(
     let store = open(dir)?;
     let view = store.lookup(&Key::new(source, event_id)).await?;
     if json {
-        let record = view.record.as_ref().map(|r| {
-            json!({
-                "state": r.state.as_str(),
-                "attempt": r.attempt,
-                "first_seen": r.first_seen.to_string(),
-                "lease_until": r.lease_until.map(|t| t.to_string()),
-                "expires_at": r.expires_at.to_string(),
-                "fingerprint": r.fingerprint.map(|f| f.to_hex()),
-            })
-        });
-        let history: Vec<_> = view
-            .history
-            .iter()
-            .map(|h| {
-                json!({
-                    "outcome": h.outcome.as_str(),
-                    "attempt": h.attempt,
-                    "at": h.at.to_string(),
-                    "gap_ms": h.gap.map(|g| g.as_millis() as u64),
-                    "fingerprint": h.fingerprint.map(|f| f.to_hex()),
-                })
-            })
-            .collect();
-        outln!(
-            "{}",
-            json!({"source": view.key.source.as_str(), "event_id": view.key.event_id.as_str(), "record": record, "history": history})
-        );
+        outln!("{}", idemgate_gateway::api::view_json(&view));
         return Ok(());
     }
     outln!("event {}", view.key);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 use idemgate_core::Human;
-use idemgate_core::policy::{DeliveryContract, TtlPolicy};
+use idemgate_core::policy::{ContractTerms, DeliveryContract, TtlPolicy};
 use idemgate_core::presets::{self, Preset};
 use serde_json::json;
 
@@ -45,32 +45,22 @@ fn find_preset(name: &str) -> Result<&'static Preset, Usage> {
 /// The contract the flags describe, on top of the preset if one is named.
 fn contract(args: &TtlArgs) -> Result<DeliveryContract, Usage> {
     let preset = args.provider.as_deref().map(find_preset).transpose()?;
-    let base = preset.and_then(|p| p.contract);
-    let retry_window = args
-        .retry_window
-        .or(base.map(|c| c.retry_window))
-        .ok_or_else(|| match preset {
+    let terms = ContractTerms {
+        retry_window: args.retry_window,
+        queue_lag: args.queue_lag,
+        clock_skew: args.clock_skew,
+        replay_margin: args.replay_margin,
+    };
+    let name = preset.map_or("custom", |p| p.name);
+    terms
+        .resolve(name, name, preset.and_then(|p| p.contract))
+        .map_err(|_| match preset {
             Some(p) => Usage(format!(
                 "provider {:?} has no default retry window: pass --retry-window",
                 p.name
             )),
             None => Usage("pass --provider NAME or --retry-window DURATION".into()),
-        })?;
-    Ok(DeliveryContract {
-        retry_window,
-        queue_lag: args
-            .queue_lag
-            .or(base.map(|c| c.queue_lag))
-            .unwrap_or(Duration::from_secs(86_400)),
-        clock_skew: args
-            .clock_skew
-            .or(base.map(|c| c.clock_skew))
-            .unwrap_or(Duration::from_secs(600)),
-        replay_margin: args
-            .replay_margin
-            .or(base.map(|c| c.replay_margin))
-            .unwrap_or(Duration::from_secs(2 * 86_400)),
-    })
+        })
 }
 
 fn human(d: Duration) -> String {

@@ -39,7 +39,7 @@ pub use claim::{
 };
 pub use key::{EventId, Fingerprint, Key, KeyError, SourceName};
 pub use memory::MemoryStore;
-pub use policy::{DeliveryContract, PolicyError, TtlPolicy};
+pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
 pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

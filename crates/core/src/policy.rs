@@ -42,6 +42,57 @@ impl DeliveryContract {
     }
 }
 
+/// The terms a source (or a command line) states explicitly. Each left out falls back to the
+/// provider preset's figure, then to the defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContractTerms {
+    pub retry_window: Option<Duration>,
+    pub queue_lag: Option<Duration>,
+    pub clock_skew: Option<Duration>,
+    pub replay_margin: Option<Duration>,
+}
+
+impl ContractTerms {
+    /// Queue lag when neither the source nor its preset says: one day.
+    pub const DEFAULT_QUEUE_LAG: Duration = Duration::from_secs(86_400);
+    /// Clock skew when neither the source nor its preset says: ten minutes.
+    pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(600);
+    /// Replay margin when neither the source nor its preset says: two days.
+    pub const DEFAULT_REPLAY_MARGIN: Duration = Duration::from_secs(2 * 86_400);
+
+    /// These terms over `base` (a preset's contract, if any), then the defaults.
+    ///
+    /// # Errors
+    /// [`PolicyError::MissingRetryWindow`] when neither these terms nor `base` give a retry window.
+    pub fn resolve(
+        &self,
+        source_name: &str,
+        provider: &str,
+        base: Option<DeliveryContract>,
+    ) -> Result<DeliveryContract, PolicyError> {
+        let pick = |own: Option<Duration>, from: fn(&DeliveryContract) -> Duration, default| {
+            own.or(base.as_ref().map(from)).unwrap_or(default)
+        };
+        let retry_window = self
+            .retry_window
+            .or(base.map(|c| c.retry_window))
+            .ok_or_else(|| PolicyError::MissingRetryWindow {
+                source_name: source_name.to_owned(),
+                provider: provider.to_owned(),
+            })?;
+        Ok(DeliveryContract {
+            retry_window,
+            queue_lag: pick(self.queue_lag, |c| c.queue_lag, Self::DEFAULT_QUEUE_LAG),
+            clock_skew: pick(self.clock_skew, |c| c.clock_skew, Self::DEFAULT_CLOCK_SKEW),
+            replay_margin: pick(
+                self.replay_margin,
+                |c| c.replay_margin,
+                Self::DEFAULT_REPLAY_MARGIN,
+            ),
+        })
+    }
+}
+
 /// An explicit TTL that replaces the computed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TtlOverride {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-use idemgate_core::policy::{DeliveryContract, PolicyError, TtlOverride, TtlPolicy};
+use idemgate_core::policy::{ContractTerms, PolicyError, TtlOverride, TtlPolicy};
 use idemgate_core::{ClaimMode, KeyError, SourceName, presets};
 use serde::Deserialize;
 
@@ -365,28 +365,13 @@ impl SourceConfig {
                 }
             },
         };
-        let retry_window = self
-            .retry_window
-            .or(base.map(|c| c.retry_window))
-            .ok_or_else(|| PolicyError::MissingRetryWindow {
-                source_name: self.name.clone(),
-                provider: self.provider.clone(),
-            })?;
-        let contract = DeliveryContract {
-            retry_window,
-            queue_lag: self
-                .queue_lag
-                .or(base.map(|c| c.queue_lag))
-                .unwrap_or(Duration::from_secs(86_400)),
-            clock_skew: self
-                .clock_skew
-                .or(base.map(|c| c.clock_skew))
-                .unwrap_or(Duration::from_secs(600)),
-            replay_margin: self
-                .replay_margin
-                .or(base.map(|c| c.replay_margin))
-                .unwrap_or(Duration::from_secs(2 * 86_400)),
-        };
+        let contract = ContractTerms {
+            retry_window: self.retry_window,
+            queue_lag: self.queue_lag,
+            clock_skew: self.clock_skew,
+            replay_margin: self.replay_margin,
+        }
+        .resolve(&self.name, &self.provider, base)?;
         let ttl_override = match (self.ttl_override, &self.ttl_override_reason) {
             (Some(ttl), reason) => Some(TtlOverride {
                 ttl,
