@@ -2,8 +2,8 @@
 //! arrays, in one transaction and one round trip.
 //!
 //! One batcher task owns the queue. It takes the first waiting claim, everything queued behind
-//! it, and, while another batch is still in flight, lingers up to `batch_linger` for more (at
-//! most `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
+//! it, and, under load (it had to wait for a free slot, or another batch is still in flight),
+//! lingers up to `batch_linger` for more (at most `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
 //! queue fills while the database works and each commit carries many claims. With nothing in
 //! flight a lone claim goes at once: a single caller pays no linger.
 
@@ -37,10 +37,13 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
     let max = db.cfg.batch_max.get();
     let linger = db.cfg.batch_linger;
     while let Some(first) = queue.recv().await {
+        // Under load (every slot taken, or another batch still in flight once we have ours) the
+        // batch lingers for company; an idle store sends a lone claim at once.
+        let waited = inflight.available_permits() == 0;
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             break;
         };
-        let busy = inflight.available_permits() + 1 < slots;
+        let busy = waited || inflight.available_permits() + 1 < slots;
         let mut batch = Vec::with_capacity(max.min(64));
         batch.push(first);
         drain(&mut queue, &mut batch, max);
