@@ -338,6 +338,29 @@ async fn expired_dedup_partitions_are_dropped_whole() {
 }
 
 #[tokio::test]
+async fn a_ttl_beyond_the_partitions_ahead_creates_its_partition() {
+    let Some(store) = TestStore::new(common::partitioned_hourly()).await else {
+        return;
+    };
+    // One-hour partitions reach nine hours ahead at start; thirty hours needs new ones.
+    let k = key();
+    let token = match store
+        .claim(req(&k, Duration::from_secs(30 * 3_600)))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    store.complete(&token).await.unwrap();
+    let rec = store.lookup(&k).await.unwrap().record.unwrap();
+    assert_eq!(
+        rec.expires_at.as_millis() - rec.first_seen.as_millis(),
+        30 * 3_600 * 1_000
+    );
+}
+
+#[tokio::test]
 async fn history_partitions_past_the_retention_are_dropped() {
     let Some(store) = TestStore::new(Expiry::batched()).await else {
         return;
