@@ -245,7 +245,8 @@ $$;
 --    wait on each other's keys in one order.
 -- 3. Every other element goes through claim_one, in key order then input order; it sees the
 --    writes of this batch's earlier elements. With distinct fresh keys (the common case) there is
---    no such element and the whole batch is two statements.
+--    no such element and the whole batch is two statements. A batch of one goes straight to
+--    claim_one.
 CREATE FUNCTION claim_batch(
     p_source      text[],
     p_event_id    text[],
@@ -286,6 +287,16 @@ BEGIN
         LOOP
             PERFORM pg_advisory_xact_lock(v_lock);
         END LOOP;
+    END IF;
+
+    -- A lone claim (an idle store's usual batch) skips the set-based path's fixed cost.
+    IF v_n = 1 THEN
+        RETURN QUERY
+        SELECT 1, c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
+               c.r_retry_after_ms
+          FROM claim_one(p_source[1], p_event_id[1], p_fingerprint[1], p_lease_ms[1],
+                         p_ttl_ms[1], p_on_receipt[1], p_nonce[1], v_partitioned) AS c;
+        RETURN;
     END IF;
 
     RETURN QUERY
