@@ -20,6 +20,7 @@
 //! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock.
 //! - `testkit` (feature `testkit`): the conformance suite every store runs.
 
+pub mod advise;
 pub mod claim;
 pub mod key;
 pub mod machine;

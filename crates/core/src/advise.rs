@@ -1,0 +1,253 @@
+//! The TTL advisor: from what history shows of a source, is its TTL right?
+//!
+//! For each source it takes the gaps between an event's first receipt and each later delivery of
+//! it (duplicates, in-flight answers, conflicts, late duplicates), and recommends
+//! `TTL = max(documented retry window, longest observed gap) + margins` (queue lag + clock skew +
+//! replay margin). The verdict:
+//!
+//! - `too short`: late duplicates were seen (a delivery came after its record expired), or the
+//!   99th percentile gap is above 80% of the TTL;
+//! - `too long`: the TTL is more than 4x the recommendation (an "accidentally infinite" TTL bloats
+//!   the hot index for nothing);
+//! - `ok` otherwise, and `no data` when the source received nothing in the period.
+//!
+//! Percentiles are nearest-rank: the smallest observed gap with at least that share of gaps at or
+//! below it, so every figure reported is a gap that really happened.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::key::SourceName;
+use crate::policy::DeliveryContract;
+
+/// What history shows of one source over a period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    pub source: SourceName,
+    /// Deliveries received (every claim attempt, first or repeated).
+    pub deliveries: u64,
+    /// Distinct events first received in the period.
+    pub first_receipts: u64,
+    /// For each repeated delivery, the time since the event's first receipt.
+    pub gaps: Vec<Duration>,
+    /// Deliveries that came after their event's record expired, though it had been processed.
+    pub late_duplicates: u64,
+    /// Dedup records live now.
+    pub live_rows: u64,
+    /// The period observed.
+    pub period: Duration,
+}
+
+/// What the advisor says of one source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Advice {
+    pub source: SourceName,
+    pub deliveries: u64,
+    /// Repeated deliveries (the number of gaps).
+    pub duplicates: u64,
+    pub p50: Option<Duration>,
+    pub p90: Option<Duration>,
+    pub p99: Option<Duration>,
+    pub max: Option<Duration>,
+    pub late_duplicates: u64,
+    pub live_rows: u64,
+    /// Records the store would hold at this arrival rate: first receipts per second x TTL.
+    pub projected_rows: u64,
+    /// The TTL in force.
+    pub ttl: Duration,
+    pub retry_window: Duration,
+    pub recommended_ttl: Duration,
+    pub verdict: Verdict,
+}
+
+/// The advisor's verdict on a source's TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    TooShort { why: String },
+    TooLong,
+    NoData,
+}
+
+impl Verdict {
+    /// `ok`, `too short`, `too long`, `no data`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::TooShort { .. } => "too short",
+            Self::TooLong => "too long",
+            Self::NoData => "no data",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooShort { why } => write!(f, "too short ({why})"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// The nearest-rank percentile `q` (0 < q <= 1) of sorted `gaps`.
+pub fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Advises on one source, given its contract and the TTL in force.
+pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> Advice {
+    let mut gaps = obs.gaps.clone();
+    gaps.sort_unstable();
+    let (p50, p90, p99, max) = (
+        percentile(&gaps, 0.50),
+        percentile(&gaps, 0.90),
+        percentile(&gaps, 0.99),
+        gaps.last().copied(),
+    );
+    let margins = contract
+        .queue_lag
+        .saturating_add(contract.clock_skew)
+        .saturating_add(contract.replay_margin);
+    let recommended_ttl = contract
+        .retry_window
+        .max(max.unwrap_or_default())
+        .saturating_add(margins);
+    let rate = if obs.period.is_zero() {
+        0.0
+    } else {
+        obs.first_receipts as f64 / obs.period.as_secs_f64()
+    };
+    let projected_rows = (rate * ttl.as_secs_f64()).round() as u64;
+    let verdict = if obs.deliveries == 0 {
+        Verdict::NoData
+    } else if obs.late_duplicates > 0 {
+        Verdict::TooShort {
+            why: format!("{} late duplicates", obs.late_duplicates),
+        }
+    } else if p99.is_some_and(|p| p.as_secs_f64() > 0.8 * ttl.as_secs_f64()) {
+        Verdict::TooShort {
+            why: "p99 gap above 80% of the TTL".into(),
+        }
+    } else if ttl > recommended_ttl.saturating_mul(4) {
+        Verdict::TooLong
+    } else {
+        Verdict::Ok
+    };
+    Advice {
+        source: obs.source.clone(),
+        deliveries: obs.deliveries,
+        duplicates: gaps.len() as u64,
+        p50,
+        p90,
+        p99,
+        max,
+        late_duplicates: obs.late_duplicates,
+        live_rows: obs.live_rows,
+        projected_rows,
+        ttl,
+        retry_window: contract.retry_window,
+        recommended_ttl,
+        verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1;
+    const H: u64 = 3_600;
+    const D: u64 = 86_400;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn contract() -> DeliveryContract {
+        DeliveryContract {
+            retry_window: secs(3 * D),
+            queue_lag: secs(D),
+            clock_skew: secs(600),
+            replay_margin: secs(3 * D),
+        }
+    }
+
+    fn obs(gaps: Vec<Duration>, late: u64) -> Observation {
+        Observation {
+            source: SourceName::new("stripe-live").unwrap(),
+            deliveries: 1_000 + gaps.len() as u64,
+            first_receipts: 1_000,
+            gaps,
+            late_duplicates: late,
+            live_rows: 900,
+            period: secs(10 * D),
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<_> = (1..=100).map(secs).collect();
+        assert_eq!(percentile(&v, 0.5), Some(secs(50)));
+        assert_eq!(percentile(&v, 0.9), Some(secs(90)));
+        assert_eq!(percentile(&v, 0.99), Some(secs(99)));
+        assert_eq!(percentile(&[secs(7)], 0.99), Some(secs(7)));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn ok_when_gaps_sit_well_inside_the_ttl() {
+        let a = advise(
+            &obs((1..=100).map(|i| secs(i * 60 * S)).collect(), 0),
+            &contract(),
+            contract().ttl(),
+        );
+        assert_eq!(a.verdict, Verdict::Ok);
+        assert_eq!(a.p99, Some(secs(99 * 60)));
+        assert_eq!(
+            a.recommended_ttl,
+            contract().ttl(),
+            "the documented window dominates short gaps"
+        );
+        assert_eq!(
+            a.projected_rows,
+            (100.0 * contract().ttl().as_secs_f64() / D as f64).round() as u64
+        );
+    }
+
+    #[test]
+    fn too_short_on_late_duplicates_or_a_high_p99() {
+        let a = advise(&obs(vec![secs(H)], 2), &contract(), contract().ttl());
+        assert!(
+            matches!(a.verdict, Verdict::TooShort { .. }),
+            "{:?}",
+            a.verdict
+        );
+        let ttl = secs(10 * H);
+        let a = advise(&obs(vec![secs(9 * H); 10], 0), &contract(), ttl);
+        assert!(matches!(a.verdict, Verdict::TooShort { .. }));
+        // The recommendation covers the longest gap seen, plus the margins.
+        let a = advise(&obs(vec![secs(5 * D)], 0), &contract(), contract().ttl());
+        assert_eq!(a.recommended_ttl, secs(5 * D + D + 600 + 3 * D));
+    }
+
+    #[test]
+    fn too_long_above_four_times_the_recommendation() {
+        let a = advise(&obs(vec![secs(60)], 0), &contract(), secs(90 * D));
+        assert_eq!(a.verdict, Verdict::TooLong);
+    }
+
+    #[test]
+    fn no_data() {
+        let mut o = obs(vec![], 0);
+        o.deliveries = 0;
+        assert_eq!(
+            advise(&o, &contract(), contract().ttl()).verdict,
+            Verdict::NoData
+        );
+    }
+}
