@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Reads `IDEMGATE_TEST_POSTGRES` (default `postgres://root@localhost/test`) and
-//! `IDEMGATE_BENCH_SECS` (seconds per measurement, default 5). Each measurement runs its callers
+//! `IDEMGATE_BENCH_SECS` (seconds per measurement, default 5); `IDEMGATE_BENCH_INFLIGHT` and
+//! `IDEMGATE_BENCH_LINGER_US` override `batch_inflight` and `batch_linger` for tuning. Each measurement runs its callers
 //! on distinct keys; every schema it creates is dropped at the end.
 
 use std::sync::Arc;
@@ -189,6 +190,12 @@ async fn main() {
         .and_then(|s| s.parse().ok())
     {
         cfg.batch_inflight = n;
+    }
+    if let Some(us) = std::env::var("IDEMGATE_BENCH_LINGER_US")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        cfg.batch_linger = Duration::from_micros(us);
     }
     let store = PgStore::connect(cfg).await.expect("connect");
 

@@ -3,7 +3,8 @@
 //!
 //! One batcher task owns the queue. It takes the first waiting claim, everything queued behind
 //! it, and, under load (it had to wait for a free slot, or another batch is still in flight),
-//! lingers up to `batch_linger` for more (at most `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
+//! lingers up to `batch_linger` for more, until it holds as many as recent batches did (at most
+//! `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
 //! queue fills while the database works and each commit carries many claims. With nothing in
 //! flight a lone claim goes at once: a single caller pays no linger.
 
@@ -36,6 +37,7 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
     let inflight = Arc::new(Semaphore::new(slots));
     let max = db.cfg.batch_max.get();
     let linger = db.cfg.batch_linger;
+    let mut recent = 1usize;
     while let Some(first) = queue.recv().await {
         // Under load (every slot taken, or another batch still in flight once we have ours) the
         // batch lingers for company; an idle store sends a lone claim at once.
@@ -47,9 +49,14 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
         let mut batch = Vec::with_capacity(max.min(64));
         batch.push(first);
         drain(&mut queue, &mut batch, max);
-        if busy && batch.len() < max && !linger.is_zero() {
-            wait_for_more(&mut queue, &mut batch, max, linger).await;
+        // Linger only for as many claims as recent batches held: waiting for company that is not
+        // coming would only burn CPU the database needs.
+        let expect = recent.min(max);
+        if busy && batch.len() < expect && !linger.is_zero() {
+            wait_for_more(&mut queue, &mut batch, expect, linger).await;
         }
+        // A decaying maximum of recent batch sizes.
+        recent = batch.len().max(recent - recent / 8);
         let db = db.clone();
         tokio::spawn(async move {
             let result = send(&db, &batch).await;
