@@ -57,7 +57,7 @@ impl Default for Expiry {
 /// The PostgreSQL store's configuration.
 ///
 /// Build one with [`PgConfig::new`] and adjust the public fields; [`PgConfig::validate`] (run by
-/// [`crate::PgStore::connect`] and [`crate::migrate`]) names the key of anything wrong.
+/// [`crate::PgStore::connect`] and [`crate::migrate()`]) names the key of anything wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgConfig {
     /// `postgres://user@host:port/db` (or key=value form). TLS is not supported.
