@@ -1,44 +1,128 @@
-//! The commands that read or change the embedded store: `sweep`, `stats`, `lookup`.
+//! The commands that read or change a store: `migrate`, `sweep`, `stats`, `lookup`.
 
 use std::io::IsTerminal;
 use std::num::NonZeroU32;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use idemgate_core::store::{ClaimStore, Stats};
-use idemgate_core::sweep::{self, SweepOptions};
+use idemgate_core::sweep::SweepOptions;
 use idemgate_core::{EventId, Human, Key, SourceName, StoreStats, Timestamp};
-use idemgate_sqlite::SqliteStore;
+use idemgate_gateway::config::{ExpiryMode, StoreKind};
+use idemgate_gateway::{AnyStore, Config};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
-use crate::Usage;
+use crate::{StoreArgs, Usage};
 
-/// Opens the store, refusing to create one where none exists (a typo in --data-dir should not
-/// produce an empty store that answers "nothing here").
-fn open(dir: &Path) -> anyhow::Result<SqliteStore> {
-    if !dir.join(idemgate_sqlite::DB_FILE).exists() {
-        return Err(Usage(format!(
-            "no idemgate store in {} (expected {}); pass --data-dir",
-            dir.display(),
-            dir.join(idemgate_sqlite::DB_FILE).display()
-        ))
-        .into());
+/// A PostgreSQL schema's expiry mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExpiryArg {
+    Batched,
+    Partitioned,
+}
+
+/// The store settings the flags describe, as a gateway config.
+fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
+    if let Some(path) = &args.config {
+        return Config::load(Some(path), "").map_err(|e| Usage(e.to_string()).into());
     }
-    SqliteStore::open(dir).with_context(|| format!("cannot open the store in {}", dir.display()))
+    let mut config = Config::from_toml("").map_err(|e| Usage(e.to_string()))?;
+    match &args.postgres {
+        Some(url) => {
+            config.store.kind = StoreKind::Postgres;
+            config.store.url = Some(url.clone());
+            let pg = &mut config.store.postgres;
+            pg.schema = args.schema.clone();
+            pg.pool_size = 2;
+            pg.expiry = match args.expiry {
+                ExpiryArg::Batched => ExpiryMode::Batched,
+                ExpiryArg::Partitioned => ExpiryMode::Partitioned,
+            };
+            pg.partition_width = args.partition_width;
+            if let Some((batch, pause)) = sweep {
+                pg.sweep_batch = batch;
+                pg.sweep_pause = pause;
+            }
+        }
+        None => config.store.path = args.data_dir.clone(),
+    }
+    Ok(config)
+}
+
+/// Opens the store the flags name. An SQLite directory without a store is refused (a typo in
+/// --data-dir should not produce an empty store that answers "nothing here").
+async fn open(
+    args: &StoreArgs,
+    sweep: Option<(u32, Duration)>,
+) -> anyhow::Result<(AnyStore, String)> {
+    let config = config(args, sweep)?;
+    let name = describe(&config);
+    if config.store.kind == StoreKind::Sqlite {
+        let db = config.store.path.join(idemgate_sqlite::DB_FILE);
+        if !db.exists() {
+            return Err(Usage(format!(
+                "no idemgate store in {} (expected {}); pass --data-dir, --postgres or --config",
+                config.store.path.display(),
+                db.display()
+            ))
+            .into());
+        }
+    }
+    let store = AnyStore::open(&config)
+        .await
+        .with_context(|| format!("cannot open {name}"))?;
+    Ok((store, name))
+}
+
+fn describe(config: &Config) -> String {
+    match config.store.kind {
+        StoreKind::Sqlite => format!("the SQLite store in {}", config.store.path.display()),
+        StoreKind::Postgres => format!("PostgreSQL schema {:?}", config.store.postgres.schema),
+    }
+}
+
+pub(crate) async fn migrate(args: &StoreArgs) -> anyhow::Result<()> {
+    let config = config(args, None)?;
+    let name = describe(&config);
+    match config.store.kind {
+        StoreKind::Sqlite => {
+            let store = idemgate_sqlite::SqliteStore::open(&config.store.path)
+                .with_context(|| format!("cannot migrate {name}"))?;
+            outln!(
+                "{name} is at the current schema ({})",
+                store.path().display()
+            );
+        }
+        StoreKind::Postgres => {
+            let report = idemgate_postgres::migrate(&idemgate_gateway::store::pg_config(&config))
+                .await
+                .with_context(|| format!("cannot migrate {name}"))?;
+            if report.applied.is_empty() {
+                outln!("{name} is already at schema version {}", report.version);
+            } else {
+                outln!(
+                    "{name}: applied migrations {:?}; now at schema version {}",
+                    report.applied,
+                    report.version
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn sweep(
-    dir: &Path,
+    args: &StoreArgs,
     batch: u32,
     pause: Duration,
     dry_run: bool,
 ) -> anyhow::Result<()> {
-    let store = open(dir)?;
+    let (store, name) = open(args, Some((batch, pause))).await?;
     let before = store.stats().await?;
     if dry_run {
         outln!(
-            "would delete {} expired records; {} live records stay",
+            "would delete {} expired records from {name}; {} live records stay",
             before.expired,
             before.live
         );
@@ -55,26 +139,26 @@ pub(crate) async fn sweep(
         );
         bar
     });
-    let mut done = 0u64;
-    let report = sweep::run(
-        &store,
-        SweepOptions { batch, pause },
-        |d| async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => true,
-                _ = tokio::signal::ctrl_c() => false,
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
             }
-        },
-        |rows| {
+        }
+    });
+    let mut done = 0u64;
+    let report = store
+        .sweep_run(SweepOptions { batch, pause }, &cancel, |rows| {
             done += rows;
             match &bar {
                 Some(bar) => bar.set_position(done),
                 None if rows > 0 => tracing::info!(rows, total = done, "swept a batch"),
                 None => {}
             }
-        },
-    )
-    .await?;
+        })
+        .await?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -123,15 +207,15 @@ fn stats_json(s: &StoreStats) -> serde_json::Value {
     })
 }
 
-pub(crate) async fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
-    let store = open(dir)?;
+pub(crate) async fn stats(args: &StoreArgs, json: bool) -> anyhow::Result<()> {
+    let (store, name) = open(args, None).await?;
     let s = store.stats().await?;
     if json {
         outln!("{}", stats_json(&s));
         return Ok(());
     }
     let when = |t: Option<Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
-    outln!("store           {}", store.path().display());
+    outln!("store           {name}");
     outln!(
         "size            {}",
         s.size_bytes.map_or_else(|| "-".into(), bytes)
@@ -157,12 +241,12 @@ pub(crate) async fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn lookup(
-    dir: &Path,
+    args: &StoreArgs,
     source: SourceName,
     event_id: EventId,
     json: bool,
 ) -> anyhow::Result<()> {
-    let store = open(dir)?;
+    let (store, _) = open(args, None).await?;
     let view = store.lookup(&Key::new(source, event_id)).await?;
     if json {
         outln!("{}", idemgate_gateway::api::view_json(&view));

@@ -41,10 +41,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete expired dedup records in bounded batches.
+    /// Create or upgrade a store's schema (PostgreSQL: under an advisory lock, all or nothing).
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Delete expired dedup records in bounded batches (PostgreSQL: and create and drop
+    /// partitions).
     Sweep {
         #[command(flatten)]
-        data: DataDir,
+        store: StoreArgs,
         /// Records per batch (one short transaction each).
         #[arg(long, default_value = "5000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         batch: u32,
@@ -58,7 +64,7 @@ enum Command {
     /// Show what the store holds: live and expired records, oldest record, per source, size.
     Stats {
         #[command(flatten)]
-        data: DataDir,
+        store: StoreArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -66,7 +72,7 @@ enum Command {
     /// Show the dedup record and the history of one event.
     Lookup {
         #[command(flatten)]
-        data: DataDir,
+        store: StoreArgs,
         /// The source name.
         #[arg(value_parser = parse_source)]
         source: SourceName,
@@ -79,12 +85,28 @@ enum Command {
     },
 }
 
-/// Where the embedded store keeps its files.
+/// Which store a command works on: the embedded SQLite store (default), PostgreSQL, or the store
+/// of a config file.
 #[derive(Debug, Args)]
-struct DataDir {
+pub(crate) struct StoreArgs {
     /// The data directory of the embedded SQLite store.
     #[arg(long, default_value = "./idemgate-data", env = "IDEMGATE_DATA_DIR")]
-    data_dir: PathBuf,
+    pub data_dir: PathBuf,
+    /// Work on PostgreSQL at this URL instead (postgres://user@host:port/db).
+    #[arg(long, conflicts_with = "config")]
+    pub postgres: Option<String>,
+    /// The PostgreSQL schema holding idemgate's tables.
+    #[arg(long, default_value = "idemgate")]
+    pub schema: String,
+    /// The PostgreSQL schema's expiry mode, as it was created.
+    #[arg(long, value_enum, default_value = "batched")]
+    pub expiry: data::ExpiryArg,
+    /// The partition width of a partitioned PostgreSQL schema.
+    #[arg(long, default_value = "1d", value_parser = parse_duration)]
+    pub partition_width: Duration,
+    /// Take the store from this config file (its [store] table) instead.
+    #[arg(long, env = "IDEMGATE_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 /// Parses a human duration (`90s`, `10m`, `3d`, `1h 30m`).
@@ -175,19 +197,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rt.block_on(async move {
                 match command {
                     Command::Serve(args) => serve::serve(args).await,
+                    Command::Migrate { store } => data::migrate(&store).await,
                     Command::Sweep {
-                        data,
+                        store,
                         batch,
                         pause,
                         dry_run,
-                    } => data::sweep(&data.data_dir, batch, pause, dry_run).await,
-                    Command::Stats { data, json } => data::stats(&data.data_dir, json).await,
+                    } => data::sweep(&store, batch, pause, dry_run).await,
+                    Command::Stats { store, json } => data::stats(&store, json).await,
                     Command::Lookup {
-                        data,
+                        store,
                         source,
                         event_id,
                         json,
-                    } => data::lookup(&data.data_dir, source, event_id, json).await,
+                    } => data::lookup(&store, source, event_id, json).await,
                     Command::Ttl(_) | Command::Providers { .. } => unreachable!("handled above"),
                 }
             })

@@ -295,3 +295,75 @@ async fn stats_sweep_and_lookup_on_a_real_store() {
     let text = idemgate(&["lookup", "stripe-live", "never-seen", "--data-dir", d]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("never received"));
 }
+
+/// `migrate`, `stats`, `sweep` and `lookup` on PostgreSQL, in a schema of this test's own.
+#[test]
+fn store_commands_on_postgres() {
+    let url = std::env::var("IDEMGATE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://root@localhost/test".into());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connected = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio_postgres::connect(&url, tokio_postgres::NoTls),
+        )
+        .await
+        .map_err(|_| "timed out".to_owned())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    });
+    let Some((client, conn)) = idemgate_core::testkit::require_service(
+        connected,
+        "start PostgreSQL on 127.0.0.1:5432 (trust auth) or set IDEMGATE_TEST_POSTGRES",
+    ) else {
+        return;
+    };
+    rt.spawn(conn);
+    let schema = format!("cli_test_{}", std::process::id());
+    let pg = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--postgres", &url, "--schema", &schema]);
+        idemgate(&all)
+    };
+    let out = pg(&["migrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied migrations [1]"));
+    assert!(
+        String::from_utf8_lossy(&pg(&["migrate"]).stdout).contains("already at schema version 1")
+    );
+    let s = stdout_json(&pg(&["stats", "--json"]));
+    assert_eq!(s["live"], 0);
+    let swept = pg(&["sweep", "--batch", "100", "--pause", "1ms"]);
+    assert!(
+        String::from_utf8_lossy(&swept.stdout).contains("deleted 0 expired records"),
+        "{swept:?}"
+    );
+    let v = stdout_json(&pg(&["lookup", "stripe-live", "evt_1", "--json"]));
+    assert!(v["record"].is_null() && v["history"].as_array().unwrap().is_empty());
+    // The wrong mode is refused with a message naming both.
+    let wrong = pg(&["stats", "--expiry", "partitioned"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("batched mode"),
+        "{wrong:?}"
+    );
+    rt.block_on(client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")))
+        .unwrap();
+    // Bad URLs and refused connections: one clear error each.
+    let bad = idemgate(&["stats", "--postgres", "not a url"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("does not parse"),
+        "{bad:?}"
+    );
+    let refused = idemgate(&["stats", "--postgres", "postgres://root@127.0.0.1:1/test"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Connection refused"),
+        "{refused:?}"
+    );
+}

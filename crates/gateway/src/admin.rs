@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use idemgate_core::sweep::SweepOptions;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -81,7 +82,11 @@ pub(crate) fn spawn_sweeper(
     tokio::spawn(async move {
         loop {
             let started = Instant::now();
-            match state.store.sweep_run(&cancel).await {
+            let run = state
+                .store
+                .sweep_run(SweepOptions::default(), &cancel, |_| {})
+                .await;
+            match run.map(|r| r.rows) {
                 Ok(rows) => {
                     state.metrics.sweep_run(Some(rows));
                     tracing::info!(

@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use idemgate_core::store::{ClaimStore, Stats, StoreError, StoreStats, Sweep};
-use idemgate_core::sweep::{self, SweepOptions};
+use idemgate_core::sweep::{self, SweepOptions, SweepReport};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Key, MemoryStore};
 use tokio_util::sync::CancellationToken;
 
@@ -110,18 +110,29 @@ impl AnyStore {
     }
 
     /// One sweep run: expired records deleted in bounded batches until a batch deletes nothing
-    /// (PostgreSQL also creates and drops partitions). Returns the rows deleted; `cancel` stops
-    /// the run between batches.
+    /// (PostgreSQL uses its own configured batch and pause, and also creates and drops
+    /// partitions). `on_batch` hears each batch's row count; `cancel` stops the run between
+    /// batches.
     ///
     /// # Errors
     /// The store's error; batches before it stay deleted.
-    pub async fn sweep_run(&self, cancel: &CancellationToken) -> Result<u64, StoreError> {
+    pub async fn sweep_run(
+        &self,
+        opts: SweepOptions,
+        cancel: &CancellationToken,
+        on_batch: impl FnMut(u64),
+    ) -> Result<SweepReport, StoreError> {
         #[cfg(feature = "postgres")]
         if let Self::Postgres(pg) = self {
             return pg
-                .sweep_run(cancel, |_| {})
+                .sweep_run(cancel, on_batch)
                 .await
-                .map(|r| r.rows)
+                .map(|r| SweepReport {
+                    rows: r.rows,
+                    batches: r.batches,
+                    elapsed: r.elapsed,
+                    cancelled: r.cancelled,
+                })
                 .map_err(|e| StoreError::backend("the PostgreSQL sweep failed", e));
         }
         let pause = |d: Duration| {
@@ -133,14 +144,13 @@ impl AnyStore {
                 }
             }
         };
-        sweep::run(self, SweepOptions::default(), pause, |_| {})
-            .await
-            .map(|r| r.rows)
+        sweep::run(self, opts, pause, on_batch).await
     }
 }
 
+/// The PostgreSQL store's settings from the gateway's config.
 #[cfg(feature = "postgres")]
-fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
+pub fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     use std::num::NonZeroUsize;
 
     use crate::config::ExpiryMode;

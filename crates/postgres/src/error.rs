@@ -29,7 +29,7 @@ pub enum PgError {
     },
     /// The schema was created for the other expiry mode (or another partition width).
     #[error(
-        "schema {schema:?} keeps dedup records {stored}, but the configuration asks for {configured}; use another schema or the mode it was created with"
+        "schema {schema:?} keeps dedup records {stored}, but the configuration keeps them {configured}; use another schema or the mode it was created with"
     )]
     ModeMismatch {
         schema: String,
