@@ -18,6 +18,31 @@ pub enum ClaimMode {
     OnReceipt,
 }
 
+/// What a claim does when it finds no live record but history shows the event was processed
+/// before: a delivery after its TTL (too short a TTL, or a replayed request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LateDuplicates {
+    /// Do not look: the claim is a first receipt.
+    Off,
+    /// Process it again, but record a `late_duplicate` history row with the gap since first
+    /// receipt, and say so in [`ClaimOutcome::Claimed::late_duplicate`].
+    #[default]
+    Flag,
+    /// Do not process it: answer [`ClaimOutcome::LateDuplicate`] and keep a `done` record again
+    /// for the TTL, so the retries after it are plain duplicates.
+    Reject,
+}
+
+impl LateDuplicates {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Flag => "flag",
+            Self::Reject => "reject",
+        }
+    }
+}
+
 /// One claim: "I received this event; may I process it?"
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {
@@ -30,6 +55,7 @@ pub struct ClaimRequest {
     /// How long the record lives, from first receipt (the source's [`crate::TtlPolicy`]).
     pub ttl: Duration,
     pub mode: ClaimMode,
+    pub late_duplicates: LateDuplicates,
 }
 
 impl ClaimRequest {
@@ -41,6 +67,7 @@ impl ClaimRequest {
             lease,
             ttl,
             mode: ClaimMode::OnSuccess,
+            late_duplicates: LateDuplicates::default(),
         }
     }
 
@@ -53,6 +80,12 @@ impl ClaimRequest {
     #[must_use]
     pub fn mode(mut self, mode: ClaimMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    #[must_use]
+    pub fn late_duplicates(mut self, policy: LateDuplicates) -> Self {
+        self.late_duplicates = policy;
         self
     }
 }
@@ -136,12 +169,26 @@ impl fmt::Display for RecordState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The caller holds the claim and processes the event.
-    Claimed { token: ClaimToken },
+    Claimed {
+        token: ClaimToken,
+        /// When the record expires (by the store's clock).
+        expires_at: Timestamp,
+        /// Under [`LateDuplicates::Flag`]: the event's first receipt, when history shows it was
+        /// processed before and its record has since expired.
+        late_duplicate: Option<Timestamp>,
+    },
     /// A live record exists and processing finished (or the source marks on receipt): ack the
     /// sender, do nothing.
     Duplicate {
         first_seen: Timestamp,
         state: RecordState,
+        expires_at: Timestamp,
+    },
+    /// Under [`LateDuplicates::Reject`]: the record had expired, but history shows the event was
+    /// processed before. Ack the sender, do nothing.
+    LateDuplicate {
+        first_seen: Timestamp,
+        expires_at: Timestamp,
     },
     /// Another caller holds a live lease: try again after `retry_after`.
     InFlight { retry_after: Duration },
@@ -155,6 +202,7 @@ impl ClaimOutcome {
         match self {
             Self::Claimed { .. } => "claimed",
             Self::Duplicate { .. } => "duplicate",
+            Self::LateDuplicate { .. } => "late_duplicate",
             Self::InFlight { .. } => "in_flight",
             Self::Conflict { .. } => "conflict",
         }
@@ -228,12 +276,39 @@ pub struct Record {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
     pub outcome: HistoryOutcome,
+    /// Whether, as of this row, the event counts as processed: a completion, a claim in
+    /// mark-on-receipt mode, a rejected late duplicate. A later `released` row undoes it.
+    pub processed: bool,
     /// The attempt the row speaks of, where there is one.
     pub attempt: Option<u32>,
     pub at: Timestamp,
     /// For duplicates, in-flight answers and conflicts: the time since first receipt.
     pub gap: Option<Duration>,
     pub fingerprint: Option<Fingerprint>,
+}
+
+/// What history says of an event whose record is absent: when it was first received, and whether
+/// it counts as processed (the last processed-or-released row was processed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prior {
+    pub first_seen: Timestamp,
+    pub processed: bool,
+}
+
+impl Prior {
+    /// Reads it off a key's history, oldest first.
+    pub fn of(history: &[HistoryEntry]) -> Option<Self> {
+        let first_seen = history.first()?.at;
+        let processed = history
+            .iter()
+            .rev()
+            .find(|h| h.processed || h.outcome == HistoryOutcome::Released)
+            .is_some_and(|h| h.processed);
+        Some(Self {
+            first_seen,
+            processed,
+        })
+    }
 }
 
 /// Everything a store knows of one event: its live record, if any, and its history, oldest first.

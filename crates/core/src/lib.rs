@@ -36,7 +36,7 @@ pub mod testkit;
 
 pub use claim::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome,
-    Record, RecordState, TokenParseError,
+    LateDuplicates, Prior, Record, RecordState, TokenParseError,
 };
 pub use key::{EventId, Fingerprint, Key, KeyError, SourceName};
 pub use memory::MemoryStore;

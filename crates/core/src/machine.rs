@@ -8,6 +8,7 @@
 //! | record found           | outcome                         | write                                 |
 //! |------------------------|---------------------------------|---------------------------------------|
 //! | none, or expired       | `Claimed`, attempt 1            | insert: processing (or done), lease   |
+//! | ... but history shows it processed | `Claimed` flagged late, or `LateDuplicate` (policy) | insert |
 //! | processing, lease over | `Claimed`, attempt + 1          | new lease, same `expires_at`          |
 //! | processing, lease live | `InFlight { retry_after }`      | none                                  |
 //! | done                   | `Duplicate`                     | none                                  |
@@ -16,7 +17,8 @@
 use std::time::Duration;
 
 use crate::claim::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record, RecordState,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, LateDuplicates, Prior,
+    Record, RecordState,
 };
 use crate::time::Timestamp;
 
@@ -28,8 +30,10 @@ pub struct ClaimStep {
     pub write: Option<Record>,
     pub history: HistoryOutcome,
     pub attempt: Option<u32>,
-    /// Time since first receipt, for answers about an existing record.
+    /// Time since first receipt, for answers about an existing record or a late duplicate.
     pub gap: Option<Duration>,
+    /// The history row's `processed` flag.
+    pub processed: bool,
 }
 
 /// A record counts only while `now < expires_at`.
@@ -37,32 +41,72 @@ pub fn live(record: Option<&Record>, now: Timestamp) -> Option<&Record> {
     record.filter(|r| now < r.expires_at)
 }
 
+/// Whether a claim of `req` finding `stored` must ask history for a [`Prior`]: only when no live
+/// record exists and the late-duplicate policy is not off.
+pub fn needs_prior(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp) -> bool {
+    req.late_duplicates != LateDuplicates::Off && live(stored, now).is_none()
+}
+
 /// Decides a claim against the stored record (expired or not) at the store's `now`.
 ///
-/// `nonce` is the fresh nonce the new token gets if the claim is won.
-pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce: u64) -> ClaimStep {
+/// `prior` is what history says of the key when [`needs_prior`] (else ignored); `nonce` is the
+/// fresh nonce the new token gets if the claim is won.
+pub fn claim(
+    req: &ClaimRequest,
+    stored: Option<&Record>,
+    now: Timestamp,
+    nonce: u64,
+    prior: Option<Prior>,
+) -> ClaimStep {
     let Some(rec) = live(stored, now) else {
-        let record = match req.mode {
-            ClaimMode::OnSuccess => Record {
-                state: RecordState::Processing,
-                attempt: 1,
-                nonce,
-                fingerprint: req.fingerprint,
-                first_seen: now,
-                lease_until: Some(now.plus(req.lease)),
-                expires_at: now.plus(req.ttl),
+        let late = prior
+            .filter(|p| p.processed && req.late_duplicates != LateDuplicates::Off)
+            .map(|p| p.first_seen);
+        let on_receipt = req.mode == ClaimMode::OnReceipt;
+        let fresh = Record {
+            state: if on_receipt {
+                RecordState::Done
+            } else {
+                RecordState::Processing
             },
-            ClaimMode::OnReceipt => Record {
-                state: RecordState::Done,
-                attempt: 1,
-                nonce,
-                fingerprint: req.fingerprint,
-                first_seen: now,
-                lease_until: None,
-                expires_at: now.plus(req.ttl),
-            },
+            attempt: 1,
+            nonce,
+            fingerprint: req.fingerprint,
+            first_seen: late.unwrap_or(now),
+            lease_until: (!on_receipt).then(|| now.plus(req.lease)),
+            expires_at: now.plus(req.ttl),
         };
-        return won(req, record, HistoryOutcome::Claimed, None);
+        return match (late, req.late_duplicates) {
+            (Some(first_seen), LateDuplicates::Reject) => {
+                let record = Record {
+                    state: RecordState::Done,
+                    lease_until: None,
+                    ..fresh
+                };
+                ClaimStep {
+                    outcome: ClaimOutcome::LateDuplicate {
+                        first_seen,
+                        expires_at: record.expires_at,
+                    },
+                    write: Some(record),
+                    history: HistoryOutcome::LateDuplicate,
+                    attempt: None,
+                    gap: Some(now.since(first_seen)),
+                    processed: true,
+                }
+            }
+            (Some(first_seen), _) => ClaimStep {
+                gap: Some(now.since(first_seen)),
+                ..won(
+                    req,
+                    fresh,
+                    HistoryOutcome::LateDuplicate,
+                    None,
+                    Some(first_seen),
+                )
+            },
+            (None, _) => won(req, fresh, HistoryOutcome::Claimed, None, None),
+        };
     };
     let gap = Some(now.since(rec.first_seen));
     let answer = |outcome, history| ClaimStep {
@@ -71,6 +115,7 @@ pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce:
         history,
         attempt: Some(rec.attempt),
         gap,
+        processed: false,
     };
     if let (Some(asked), Some(kept)) = (req.fingerprint, rec.fingerprint)
         && asked != kept
@@ -97,12 +142,13 @@ pub fn claim(req: &ClaimRequest, stored: Option<&Record>, now: Timestamp, nonce:
                 fingerprint: rec.fingerprint.or(req.fingerprint),
                 ..rec.clone()
             };
-            won(req, record, HistoryOutcome::Reclaimed, gap)
+            won(req, record, HistoryOutcome::Reclaimed, gap, None)
         }
         (RecordState::Done, _) => answer(
             ClaimOutcome::Duplicate {
                 first_seen: rec.first_seen,
                 state: RecordState::Done,
+                expires_at: rec.expires_at,
             },
             HistoryOutcome::Duplicate,
         ),
@@ -114,6 +160,7 @@ fn won(
     record: Record,
     history: HistoryOutcome,
     gap: Option<Duration>,
+    late_duplicate: Option<Timestamp>,
 ) -> ClaimStep {
     ClaimStep {
         outcome: ClaimOutcome::Claimed {
@@ -122,8 +169,11 @@ fn won(
                 attempt: record.attempt,
                 nonce: record.nonce,
             },
+            expires_at: record.expires_at,
+            late_duplicate,
         },
         attempt: Some(record.attempt),
+        processed: record.state == RecordState::Done,
         write: Some(record),
         history,
         gap,

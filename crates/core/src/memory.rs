@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, Record};
+use crate::claim::{
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome, Prior, Record,
+};
 use crate::key::Key;
 use crate::machine::{self, FinishStep};
 use crate::store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
@@ -83,6 +85,7 @@ impl MemoryStore {
             &token.key,
             HistoryEntry {
                 outcome,
+                processed: outcome == HistoryOutcome::Completed,
                 attempt: Some(token.attempt),
                 at: now,
                 gap: None,
@@ -104,7 +107,13 @@ impl ClaimStore for MemoryStore {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
-        let step = machine::claim(&req, st.records.get(&req.key), now, machine::nonce());
+        let stored = st.records.get(&req.key);
+        let prior = if machine::needs_prior(&req, stored, now) {
+            st.history.get(&req.key).and_then(|h| Prior::of(h))
+        } else {
+            None
+        };
+        let step = machine::claim(&req, stored, now, machine::nonce(), prior);
         if let Some(rec) = step.write {
             st.records.insert(req.key.clone(), rec);
         }
@@ -112,6 +121,7 @@ impl ClaimStore for MemoryStore {
             &req.key,
             HistoryEntry {
                 outcome: step.history,
+                processed: step.processed,
                 attempt: step.attempt,
                 at: now,
                 gap: step.gap,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, RecordState,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, LateDuplicates, RecordState,
 };
 use crate::key::{Fingerprint, Key};
 use crate::store::{ClaimStore, StoreError, Sweep};
@@ -111,6 +111,13 @@ macro_rules! conformance_tests {
             concurrent_claims_of_distinct_keys_all_win,
             history_has_one_row_per_outcome,
             lookup_of_unknown_event_is_empty,
+            claimed_answer_carries_its_expiry,
+            late_duplicate_is_flagged_after_the_ttl,
+            late_duplicate_is_rejected_under_reject,
+            late_duplicates_off_claims_afresh,
+            released_attempt_is_not_a_late_duplicate,
+            unfinished_attempt_is_not_a_late_duplicate,
+            mark_on_receipt_claim_counts_as_processed,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -168,7 +175,7 @@ pub mod cases {
 
     async fn claimed<S: ClaimStore>(store: &S, req: ClaimRequest) -> ClaimToken {
         match store.claim(req).await.expect("claim") {
-            ClaimOutcome::Claimed { token } => token,
+            ClaimOutcome::Claimed { token, .. } => token,
             other => panic!("expected Claimed, got {other:?}"),
         }
     }
@@ -209,7 +216,9 @@ pub mod cases {
                 ClaimOutcome::Duplicate {
                     first_seen: f,
                     state,
+                    expires_at,
                 } => {
+                    assert!(expires_at > f, "a duplicate says when its record expires");
                     assert_eq!(f, first_seen);
                     assert_eq!(state, RecordState::Done);
                 }
@@ -528,7 +537,7 @@ pub mod cases {
         let mut seen = HashSet::new();
         for (i, outcome) in results.iter().enumerate() {
             match outcome {
-                ClaimOutcome::Claimed { token } => {
+                ClaimOutcome::Claimed { token, .. } => {
                     assert_eq!(token.key, keys[i], "each caller gets its own outcome");
                     assert!(seen.insert(token.nonce), "nonces are distinct");
                 }
@@ -573,6 +582,173 @@ pub mod cases {
     pub async fn lookup_of_unknown_event_is_empty(h: &impl Harness) {
         let view = h.store().lookup(&key("src")).await.unwrap();
         assert!(view.record.is_none() && view.history.is_empty());
+    }
+
+    pub async fn claimed_answer_carries_its_expiry(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        match store.claim(req(&key)).await.unwrap() {
+            ClaimOutcome::Claimed {
+                expires_at,
+                late_duplicate,
+                ..
+            } => {
+                let rec = store.lookup(&key).await.unwrap().record.unwrap();
+                assert_eq!(expires_at, rec.expires_at);
+                assert_eq!(late_duplicate, None);
+            }
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+    }
+
+    /// Claims and completes `key` with a TTL that then passes.
+    async fn processed_then_expired<H: Harness>(h: &H, key: &Key) {
+        let store = h.store();
+        let token = claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, SHORT_TTL),
+        )
+        .await;
+        store.complete(&token).await.unwrap();
+        h.advance(SHORT_TTL).await;
+    }
+
+    pub async fn late_duplicate_is_flagged_after_the_ttl(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        processed_then_expired(h, &key).await;
+        let first = store.lookup(&key).await.unwrap().history[0].at;
+        match store
+            .claim(req(&key).late_duplicates(LateDuplicates::Flag))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed {
+                token,
+                late_duplicate,
+                ..
+            } => {
+                assert_eq!(
+                    late_duplicate,
+                    Some(first),
+                    "flagged with the first receipt"
+                );
+                assert_eq!(token.attempt, 1);
+                store.complete(&token).await.unwrap();
+            }
+            other => panic!("expected a flagged Claimed, got {other:?}"),
+        }
+        let view = store.lookup(&key).await.unwrap();
+        let late = view
+            .history
+            .iter()
+            .find(|e| e.outcome == HistoryOutcome::LateDuplicate);
+        let late = late.expect("a late_duplicate history row");
+        assert!(late.gap.unwrap() >= SHORT_TTL, "{:?}", late.gap);
+        assert!(matches!(
+            store.claim(req(&key)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
+
+    pub async fn late_duplicate_is_rejected_under_reject(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        processed_then_expired(h, &key).await;
+        let first = store.lookup(&key).await.unwrap().history[0].at;
+        match store
+            .claim(req(&key).late_duplicates(LateDuplicates::Reject))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::LateDuplicate {
+                first_seen,
+                expires_at,
+            } => {
+                assert_eq!(first_seen, first);
+                assert!(expires_at > first_seen);
+            }
+            other => panic!("expected LateDuplicate, got {other:?}"),
+        }
+        // Its retries are plain duplicates now.
+        let again = store
+            .claim(req(&key).late_duplicates(LateDuplicates::Reject))
+            .await
+            .unwrap();
+        assert!(matches!(again, ClaimOutcome::Duplicate { .. }), "{again:?}");
+        let hist = outcomes(&store, &key).await;
+        assert_eq!(
+            hist,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::Completed,
+                HistoryOutcome::LateDuplicate,
+                HistoryOutcome::Duplicate
+            ]
+        );
+    }
+
+    pub async fn late_duplicates_off_claims_afresh(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        processed_then_expired(h, &key).await;
+        match store
+            .claim(req(&key).late_duplicates(LateDuplicates::Off))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+        assert_eq!(
+            outcomes(&store, &key).await.last(),
+            Some(&HistoryOutcome::Claimed)
+        );
+    }
+
+    pub async fn released_attempt_is_not_a_late_duplicate(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        // Processed once in mark-on-receipt mode, then given up: the retry is legitimate.
+        let token = claimed(&store, req(&key).mode(ClaimMode::OnReceipt)).await;
+        store.release(&token).await.unwrap();
+        match store.claim(req(&key)).await.unwrap() {
+            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+    }
+
+    pub async fn unfinished_attempt_is_not_a_late_duplicate(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        // Claimed, never completed (the worker died), then the record expired.
+        claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, SHORT_TTL),
+        )
+        .await;
+        h.advance(SHORT_TTL).await;
+        match store.claim(req(&key)).await.unwrap() {
+            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+    }
+
+    pub async fn mark_on_receipt_claim_counts_as_processed(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let short =
+            ClaimRequest::new(key.clone(), SHORT_LEASE, SHORT_TTL).mode(ClaimMode::OnReceipt);
+        claimed(&store, short).await;
+        h.advance(SHORT_TTL).await;
+        let late = store
+            .claim(req(&key).late_duplicates(LateDuplicates::Reject))
+            .await
+            .unwrap();
+        assert!(
+            matches!(late, ClaimOutcome::LateDuplicate { .. }),
+            "{late:?}"
+        );
     }
 
     pub async fn sweep_deletes_only_expired_records_in_bounded_batches<H>(h: &H)

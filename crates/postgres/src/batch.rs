@@ -169,6 +169,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
     let mut ttls = Vec::with_capacity(n);
     let mut on_receipt = Vec::with_capacity(n);
     let mut nonces = Vec::with_capacity(n);
+    let mut late = Vec::with_capacity(n);
     for p in batch {
         sources.push(p.req.key.source.as_str());
         event_ids.push(p.req.key.event_id.as_str());
@@ -178,6 +179,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
         on_receipt.push(p.req.mode == ClaimMode::OnReceipt);
         // Bit for bit: the nonce is a u64 kept in a bigint.
         nonces.push(p.nonce as i64);
+        late.push(p.req.late_duplicates.as_str());
     }
     let client = db.client().await?;
     let stmt = client
@@ -197,6 +199,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
                 &ttls,
                 &on_receipt,
                 &nonces,
+                &late,
             ],
         )
         .await

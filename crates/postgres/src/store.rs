@@ -278,6 +278,7 @@ impl ClaimStore for PgStore {
                     outcome: HistoryOutcome::parse(outcome).ok_or_else(|| {
                         unexpected(CONTEXT, format!("history outcome {outcome:?}"))
                     })?,
+                    processed: row.get(5),
                     attempt: row
                         .get::<_, Option<i32>>(1)
                         .map(|a| u32::try_from(a).unwrap_or(0)),
@@ -355,6 +356,11 @@ pub(crate) fn outcome_of(key: &Key, row: &tokio_postgres::Row) -> Result<ClaimOu
             .map(Timestamp::from_millis)
             .ok_or_else(|| unexpected(CONTEXT, "no first_seen"))
     };
+    let expires_at = || -> Result<Timestamp, PgError> {
+        row.get::<_, Option<i64>>(7)
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| unexpected(CONTEXT, "no expires_at"))
+    };
     Ok(match outcome {
         "claimed" => ClaimOutcome::Claimed {
             token: ClaimToken {
@@ -367,6 +373,8 @@ pub(crate) fn outcome_of(key: &Key, row: &tokio_postgres::Row) -> Result<ClaimOu
                     .ok_or_else(|| unexpected(CONTEXT, "a claim without a nonce"))?
                     as u64,
             },
+            expires_at: expires_at()?,
+            late_duplicate: row.get::<_, Option<i64>>(8).map(Timestamp::from_millis),
         },
         "duplicate" => {
             let state: Option<&str> = row.get(5);
@@ -375,8 +383,13 @@ pub(crate) fn outcome_of(key: &Key, row: &tokio_postgres::Row) -> Result<ClaimOu
                 state: state
                     .and_then(RecordState::parse)
                     .ok_or_else(|| unexpected(CONTEXT, format!("record state {state:?}")))?,
+                expires_at: expires_at()?,
             }
         }
+        "late_duplicate" => ClaimOutcome::LateDuplicate {
+            first_seen: first_seen()?,
+            expires_at: expires_at()?,
+        },
         "in_flight" => ClaimOutcome::InFlight {
             retry_after: ms(row.get::<_, Option<i64>>(6).unwrap_or(0)),
         },

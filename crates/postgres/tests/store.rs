@@ -199,7 +199,7 @@ async fn duplicates_do_not_touch_the_dedup_row() {
         .await
         .unwrap()
     {
-        ClaimOutcome::Claimed { token } => token,
+        ClaimOutcome::Claimed { token, .. } => token,
         other => panic!("{other:?}"),
     };
     store.complete(&token).await.unwrap();
@@ -349,7 +349,7 @@ async fn a_ttl_beyond_the_partitions_ahead_creates_its_partition() {
         .await
         .unwrap()
     {
-        ClaimOutcome::Claimed { token } => token,
+        ClaimOutcome::Claimed { token, .. } => token,
         other => panic!("{other:?}"),
     };
     store.complete(&token).await.unwrap();

@@ -26,6 +26,9 @@ CREATE TABLE history (
     source      TEXT    NOT NULL,
     event_id    TEXT    NOT NULL,
     outcome     TEXT    NOT NULL,
+    -- 1 when, as of this row, the event counts as processed (a completion, a mark-on-receipt
+    -- claim, a rejected late duplicate); a later 'released' row undoes it.
+    processed   INTEGER NOT NULL DEFAULT 0,
     attempt     INTEGER,
     received_at INTEGER NOT NULL,
     gap_ms      INTEGER,

@@ -43,7 +43,7 @@ pub const DB_FILE: &str = "idemgate.db";
 const MIGRATIONS: &[&str] = &[include_str!("../sql/0001_init.sql")];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
-const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint \
+const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint, processed \
      FROM history WHERE source = ?1 AND event_id = ?2 ORDER BY id";
 
 /// How the store runs.
@@ -295,6 +295,7 @@ impl ClaimStore for SqliteStore {
                     let fingerprint: Option<Vec<u8>> = row.get(4)?;
                     Ok(HistoryEntry {
                         outcome: HistoryOutcome::parse(&outcome).unwrap_or(HistoryOutcome::Claimed),
+                        processed: row.get(5)?,
                         attempt: row.get(1)?,
                         at: Timestamp::from_millis(row.get(2)?),
                         gap: row

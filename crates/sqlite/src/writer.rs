@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record};
 use idemgate_core::machine::{self, FinishStep};
 use idemgate_core::store::StoreError;
-use idemgate_core::{Clock, Fingerprint, Key, Timestamp};
+use idemgate_core::{Clock, Fingerprint, Key, Prior, Timestamp};
 use rusqlite::{Connection, params};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -273,20 +273,23 @@ fn claim(
 ) -> Result<ClaimOutcome, StoreError> {
     let run = || -> rusqlite::Result<ClaimOutcome> {
         let stored = read_record(conn, &req.key)?;
-        let step = machine::claim(req, stored.as_ref(), now, machine::nonce());
+        let prior = if machine::needs_prior(req, stored.as_ref(), now) {
+            read_prior(conn, &req.key)?
+        } else {
+            None
+        };
+        let step = machine::claim(req, stored.as_ref(), now, machine::nonce(), prior);
         if let Some(rec) = &step.write {
             write_record(conn, &req.key, rec)?;
         }
-        let gap_ms = step.gap.map(|g| g.as_millis() as i64);
-        append_history(
-            conn,
-            &req.key,
-            step.history,
-            step.attempt,
-            now,
-            gap_ms,
-            req.fingerprint.as_ref(),
-        )?;
+        let row = Row {
+            outcome: step.history,
+            processed: step.processed,
+            attempt: step.attempt,
+            gap_ms: step.gap.map(|g| g.as_millis() as i64),
+            fingerprint: req.fingerprint.as_ref(),
+        };
+        append_history(conn, &req.key, now, &row)?;
         Ok(step.outcome)
     };
     run().map_err(|e| StoreError::backend(format!("cannot claim {}", req.key), e))
@@ -320,15 +323,14 @@ fn finish(
                 outcome
             }
         };
-        append_history(
-            conn,
-            &token.key,
+        let row = Row {
             outcome,
-            Some(token.attempt),
-            now,
-            None,
-            fingerprint.as_ref(),
-        )?;
+            processed: outcome == HistoryOutcome::Completed,
+            attempt: Some(token.attempt),
+            gap_ms: None,
+            fingerprint: fingerprint.as_ref(),
+        };
+        append_history(conn, &token.key, now, &row)?;
         Ok(true)
     };
     match run() {
@@ -360,24 +362,44 @@ fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<
         .map(drop)
 }
 
+/// What history says of a key whose record is absent.
+fn read_prior(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Prior>> {
+    let (first, processed): (Option<i64>, Option<bool>) = conn
+        .prepare_cached(include_str!("../sql/prior.sql"))?
+        .query_row(params![key.source.as_str(), key.event_id.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    Ok(first.map(|first| Prior {
+        first_seen: Timestamp::from_millis(first),
+        processed: processed.unwrap_or(false),
+    }))
+}
+
+/// One history row to append.
+struct Row<'a> {
+    outcome: HistoryOutcome,
+    processed: bool,
+    attempt: Option<u32>,
+    gap_ms: Option<i64>,
+    fingerprint: Option<&'a Fingerprint>,
+}
+
 fn append_history(
     conn: &Connection,
     key: &Key,
-    outcome: HistoryOutcome,
-    attempt: Option<u32>,
     now: Timestamp,
-    gap_ms: Option<i64>,
-    fingerprint: Option<&Fingerprint>,
+    row: &Row<'_>,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(include_str!("../sql/history_insert.sql"))?
         .execute(params![
             key.source.as_str(),
             key.event_id.as_str(),
-            outcome.as_str(),
-            attempt,
+            row.outcome.as_str(),
+            row.processed,
+            row.attempt,
             now.as_millis(),
-            gap_ms,
-            fingerprint.map(|f| f.as_bytes().as_slice()),
+            row.gap_ms,
+            row.fingerprint.map(|f| f.as_bytes().as_slice()),
         ])
         .map(drop)
 }

@@ -18,7 +18,7 @@ async fn an_answered_claim_survives_reopening() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = SqliteStore::open(dir.path()).unwrap();
-        let ClaimOutcome::Claimed { token } = store.claim(req("evt_1")).await.unwrap() else {
+        let ClaimOutcome::Claimed { token, .. } = store.claim(req("evt_1")).await.unwrap() else {
             panic!("not claimed")
         };
         store.complete(&token).await.unwrap();

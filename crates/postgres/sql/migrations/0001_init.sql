@@ -71,6 +71,9 @@ CREATE TABLE history (
     event_id    text COLLATE "C" NOT NULL,
     outcome     text        NOT NULL CHECK (outcome IN ('claimed', 'duplicate', 'in_flight',
                     'conflict', 'reclaimed', 'completed', 'released', 'late_duplicate')),
+    -- As of this row the event counts as processed (a completion, a mark-on-receipt claim, a
+    -- rejected late duplicate); a later 'released' row undoes it.
+    processed   boolean     NOT NULL DEFAULT false,
     attempt     integer,
     received_at timestamptz NOT NULL,
     -- For answers about an existing record: milliseconds since its first receipt.
@@ -107,22 +110,34 @@ CREATE FUNCTION claim_one(
     p_on_receipt  boolean,
     p_nonce       bigint,
     p_partitioned boolean,
+    p_late        text,
     OUT r_outcome        text,
     OUT r_attempt        integer,
     OUT r_nonce          bigint,
     OUT r_first_seen_ms  bigint,
     OUT r_state          text,
-    OUT r_retry_after_ms bigint
+    OUT r_retry_after_ms bigint,
+    OUT r_expires_ms     bigint,
+    OUT r_late_first_ms  bigint
 )
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_state   text := CASE WHEN p_on_receipt THEN 'done' ELSE 'processing' END;
-    v_now     timestamptz;
-    v_rec     dedup%ROWTYPE;
-    v_history text;
-    v_gap     bigint;
-    v_turns   integer := 0;
+    v_state      text := CASE WHEN p_on_receipt THEN 'done' ELSE 'processing' END;
+    v_now        timestamptz;
+    v_rec        dedup%ROWTYPE;
+    v_history    text;
+    v_gap        bigint;
+    v_turns      integer := 0;
+    v_processed  boolean := false;
+    -- What history says of the key when its record is absent (read once, lazily).
+    v_prior_read boolean := false;
+    v_prior_first timestamptz;
+    v_prior_done boolean;
+    v_late       boolean := false;
+    v_first      timestamptz;
+    v_new_state  text;
+    v_found      boolean;
 BEGIN
     LOOP
         v_turns := v_turns + 1;
@@ -133,8 +148,10 @@ BEGIN
         v_now := clock_timestamp();
         v_gap := NULL;
         v_history := NULL;
+        v_processed := false;
         r_retry_after_ms := NULL;
         r_state := NULL;
+        r_late_first_ms := NULL;
 
         IF p_partitioned THEN
             -- Expired rows may still sit in partitions not yet dropped: only a live one counts.
@@ -145,47 +162,68 @@ BEGIN
              WHERE d.source = p_source AND d.event_id = p_event_id;
         END IF;
 
-        IF NOT FOUND THEN
-            -- Absent: first receipt. Partitioned mode holds the key's lock, so nobody races
-            -- this insert; in batched mode a concurrent claim may win it, and we read again.
-            INSERT INTO dedup (source, event_id, state, attempt, nonce, fingerprint, first_seen,
-                               lease_until, expires_at)
-            VALUES (p_source, p_event_id, v_state, 1, p_nonce, p_fingerprint, v_now,
-                    CASE WHEN p_on_receipt THEN NULL ELSE v_now + p_lease_ms * interval '1 ms' END,
-                    v_now + p_ttl_ms * interval '1 ms')
-            ON CONFLICT DO NOTHING;
-            IF FOUND THEN
+        v_found := FOUND;
+        IF NOT v_found OR v_rec.expires_at <= v_now THEN
+            -- Absent (or expired, not yet swept): a first receipt, unless history shows the event
+            -- processed before: a late duplicate, handled by p_late ('off', 'flag', 'reject').
+            IF p_late <> 'off' AND NOT v_prior_read THEN
+                SELECT h.received_at INTO v_prior_first FROM history h
+                 WHERE h.source = p_source AND h.event_id = p_event_id
+                 ORDER BY h.id LIMIT 1;
+                SELECT h.processed INTO v_prior_done FROM history h
+                 WHERE h.source = p_source AND h.event_id = p_event_id
+                   AND (h.processed OR h.outcome = 'released')
+                 ORDER BY h.id DESC LIMIT 1;
+                v_prior_read := true;
+            END IF;
+            v_late := p_late <> 'off' AND coalesce(v_prior_done, false);
+            v_first := CASE WHEN v_late THEN v_prior_first ELSE v_now END;
+            v_new_state := CASE WHEN v_late AND p_late = 'reject' THEN 'done' ELSE v_state END;
+            IF NOT v_found THEN
+                -- Partitioned mode holds the key's lock, so nobody races this insert; in batched
+                -- mode a concurrent claim may win it, and we read again.
+                INSERT INTO dedup (source, event_id, state, attempt, nonce, fingerprint,
+                                   first_seen, lease_until, expires_at)
+                VALUES (p_source, p_event_id, v_new_state, 1, p_nonce, p_fingerprint, v_first,
+                        CASE WHEN v_new_state = 'done' THEN NULL
+                             ELSE v_now + p_lease_ms * interval '1 ms' END,
+                        v_now + p_ttl_ms * interval '1 ms')
+                ON CONFLICT DO NOTHING;
+            ELSE
+                UPDATE dedup
+                   SET state = v_new_state, attempt = 1, nonce = p_nonce,
+                       fingerprint = p_fingerprint, first_seen = v_first,
+                       lease_until = CASE WHEN v_new_state = 'done' THEN NULL
+                                          ELSE v_now + p_lease_ms * interval '1 ms' END,
+                       expires_at = v_now + p_ttl_ms * interval '1 ms'
+                 WHERE source = p_source AND event_id = p_event_id AND nonce = v_rec.nonce;
+            END IF;
+            IF NOT FOUND THEN
+                CONTINUE;
+            END IF;
+            r_first_seen_ms := epoch_ms(v_first);
+            r_expires_ms := epoch_ms(v_now + p_ttl_ms * interval '1 ms');
+            v_processed := v_new_state = 'done';
+            IF v_late THEN
+                v_history := 'late_duplicate';
+                v_gap := greatest(0, epoch_ms(v_now) - epoch_ms(v_first));
+                r_late_first_ms := epoch_ms(v_first);
+            END IF;
+            IF v_late AND p_late = 'reject' THEN
+                r_outcome := 'late_duplicate';
+                r_attempt := NULL;
+            ELSE
                 r_outcome := 'claimed';
                 r_attempt := 1;
                 r_nonce := p_nonce;
-                r_first_seen_ms := epoch_ms(v_now);
-                EXIT;
             END IF;
-            CONTINUE;
-        END IF;
-
-        IF v_rec.expires_at <= v_now THEN
-            -- Expired, not yet swept (batched mode): absent, so it starts over as attempt 1.
-            UPDATE dedup
-               SET state = v_state, attempt = 1, nonce = p_nonce, fingerprint = p_fingerprint,
-                   first_seen = v_now,
-                   lease_until = CASE WHEN p_on_receipt THEN NULL
-                                      ELSE v_now + p_lease_ms * interval '1 ms' END,
-                   expires_at = v_now + p_ttl_ms * interval '1 ms'
-             WHERE source = p_source AND event_id = p_event_id AND nonce = v_rec.nonce;
-            IF FOUND THEN
-                r_outcome := 'claimed';
-                r_attempt := 1;
-                r_nonce := p_nonce;
-                r_first_seen_ms := epoch_ms(v_now);
-                EXIT;
-            END IF;
-            CONTINUE;
+            EXIT;
         END IF;
 
         -- A live record: every answer below speaks of it.
         v_gap := greatest(0, epoch_ms(v_now) - epoch_ms(v_rec.first_seen));
         r_first_seen_ms := epoch_ms(v_rec.first_seen);
+        r_expires_ms := epoch_ms(v_rec.expires_at);
         r_attempt := v_rec.attempt;
 
         IF p_fingerprint IS NOT NULL AND v_rec.fingerprint IS NOT NULL
@@ -227,9 +265,10 @@ BEGIN
         EXIT;
     END LOOP;
 
-    INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
-    VALUES (p_source, p_event_id, coalesce(v_history, r_outcome), r_attempt, v_now, v_gap,
-            p_fingerprint);
+    INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms,
+                         fingerprint)
+    VALUES (p_source, p_event_id, coalesce(v_history, r_outcome), v_processed, r_attempt, v_now,
+            v_gap, p_fingerprint);
 END
 $$;
 
@@ -254,7 +293,8 @@ CREATE FUNCTION claim_batch(
     p_lease_ms    bigint[],
     p_ttl_ms      bigint[],
     p_on_receipt  boolean[],
-    p_nonce       bigint[]
+    p_nonce       bigint[],
+    p_late        text[]
 )
 RETURNS TABLE (
     r_idx            integer,
@@ -263,7 +303,9 @@ RETURNS TABLE (
     r_nonce          bigint,
     r_first_seen_ms  bigint,
     r_state          text,
-    r_retry_after_ms bigint
+    r_retry_after_ms bigint,
+    r_expires_ms     bigint,
+    r_late_first_ms  bigint
 )
 LANGUAGE plpgsql
 AS $$
@@ -293,18 +335,20 @@ BEGIN
     IF v_n = 1 THEN
         RETURN QUERY
         SELECT 1, c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
-               c.r_retry_after_ms
+               c.r_retry_after_ms, c.r_expires_ms, c.r_late_first_ms
           FROM claim_one(p_source[1], p_event_id[1], p_fingerprint[1], p_lease_ms[1],
-                         p_ttl_ms[1], p_on_receipt[1], p_nonce[1], v_partitioned) AS c;
+                         p_ttl_ms[1], p_on_receipt[1], p_nonce[1], v_partitioned,
+                         p_late[1]) AS c;
         RETURN;
     END IF;
 
     RETURN QUERY
     WITH firsts AS (
         SELECT DISTINCT ON (u.s COLLATE "C", u.e COLLATE "C")
-               u.s, u.e, u.fp, u.lease_ms, u.ttl_ms, u.rcpt, u.nc
+               u.s, u.e, u.fp, u.lease_ms, u.ttl_ms, u.rcpt, u.nc, u.late
           FROM unnest(p_source, p_event_id, p_fingerprint, p_lease_ms, p_ttl_ms, p_on_receipt,
-                      p_nonce) WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, i)
+                      p_nonce, p_late)
+               WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, late, i)
          ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i
     ), ins AS (
         INSERT INTO dedup AS d (source, event_id, state, attempt, nonce, fingerprint, first_seen,
@@ -313,17 +357,26 @@ BEGIN
                CASE WHEN f.rcpt THEN NULL ELSE v_now + f.lease_ms * interval '1 ms' END,
                v_now + f.ttl_ms * interval '1 ms'
           FROM firsts f
-         WHERE NOT v_partitioned
-            OR NOT EXISTS (SELECT 1 FROM dedup x
-                            WHERE x.source = f.s AND x.event_id = f.e AND x.expires_at > v_now)
+         WHERE (NOT v_partitioned
+                OR NOT EXISTS (SELECT 1 FROM dedup x
+                                WHERE x.source = f.s AND x.event_id = f.e
+                                  AND x.expires_at > v_now))
+           -- A key with any history may be a late duplicate: claim_one decides.
+           AND (f.late = 'off'
+                OR NOT EXISTS (SELECT 1 FROM history h
+                                WHERE h.source = f.s AND h.event_id = f.e))
          ORDER BY f.s COLLATE "C", f.e COLLATE "C"
         ON CONFLICT DO NOTHING
-        RETURNING d.source, d.event_id, d.nonce, d.fingerprint
+        RETURNING d.source, d.event_id, d.nonce, d.fingerprint, d.state, d.expires_at
     ), hist AS (
-        INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
-        SELECT ins.source, ins.event_id, 'claimed', 1, v_now, NULL, ins.fingerprint FROM ins
+        INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms,
+                             fingerprint)
+        SELECT ins.source, ins.event_id, 'claimed', ins.state = 'done', 1, v_now, NULL,
+               ins.fingerprint
+          FROM ins
     )
-    SELECT u.i::integer, 'claimed'::text, 1, u.nc, epoch_ms(v_now), NULL::text, NULL::bigint
+    SELECT u.i::integer, 'claimed'::text, 1, u.nc, epoch_ms(v_now), NULL::text, NULL::bigint,
+           epoch_ms(ins.expires_at), NULL::bigint
       FROM ins JOIN unnest(p_nonce) WITH ORDINALITY AS u(nc, i) ON u.nc = ins.nonce;
     GET DIAGNOSTICS v_won = ROW_COUNT;
     IF v_won = v_n THEN
@@ -335,17 +388,19 @@ BEGIN
     FOR v_rest IN
         SELECT u.*
           FROM unnest(p_source, p_event_id, p_fingerprint, p_lease_ms, p_ttl_ms, p_on_receipt,
-                      p_nonce) WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, i)
+                      p_nonce, p_late)
+               WITH ORDINALITY AS u(s, e, fp, lease_ms, ttl_ms, rcpt, nc, late, i)
          WHERE NOT EXISTS (SELECT 1 FROM dedup d
                             WHERE d.source = u.s AND d.event_id = u.e AND d.nonce = u.nc)
          ORDER BY u.s COLLATE "C", u.e COLLATE "C", u.i
     LOOP
         r_idx := v_rest.i;
         SELECT c.r_outcome, c.r_attempt, c.r_nonce, c.r_first_seen_ms, c.r_state,
-               c.r_retry_after_ms
-          INTO r_outcome, r_attempt, r_nonce, r_first_seen_ms, r_state, r_retry_after_ms
+               c.r_retry_after_ms, c.r_expires_ms, c.r_late_first_ms
+          INTO r_outcome, r_attempt, r_nonce, r_first_seen_ms, r_state, r_retry_after_ms,
+               r_expires_ms, r_late_first_ms
           FROM claim_one(v_rest.s, v_rest.e, v_rest.fp, v_rest.lease_ms, v_rest.ttl_ms,
-                         v_rest.rcpt, v_rest.nc, v_partitioned) AS c;
+                         v_rest.rcpt, v_rest.nc, v_partitioned, v_rest.late) AS c;
         RETURN NEXT;
     END LOOP;
 END
@@ -365,8 +420,9 @@ BEGIN
        AND attempt = p_attempt AND nonce = p_nonce AND state = 'processing'
     RETURNING fingerprint INTO v_fp;
     IF FOUND THEN
-        INSERT INTO history (source, event_id, outcome, attempt, received_at, gap_ms, fingerprint)
-        VALUES (p_source, p_event_id, 'completed', p_attempt, v_now, NULL, v_fp);
+        INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms,
+                             fingerprint)
+        VALUES (p_source, p_event_id, 'completed', true, p_attempt, v_now, NULL, v_fp);
         RETURN true;
     END IF;
     -- Already done under this very token: nothing to change, not an error.
