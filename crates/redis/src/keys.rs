@@ -1,0 +1,121 @@
+//! The key layout.
+//!
+//! Every key of one event shares the hash tag `{<source>/<escaped event id>}`, so the scripts that
+//! touch an event's record and history run on one Cluster slot:
+//!
+//! | key | holds |
+//! |---|---|
+//! | `<prefix>{<source>/<id>}:r` | store mode: the record (a string, `PXAT` = its expiry) |
+//! | `<prefix>{<source>/<id>}:h` | store mode: the event's history (a capped list) |
+//! | `<prefix>{<source>}:s` | store mode: the source's best-effort history stream |
+//! | `<prefix>{<source>/<id>}:c` | tier mode: the cached answer for a done record, or a tombstone |
+//!
+//! Source names are `[a-z0-9._-]` (no `/`, no braces). Event ids are any printable UTF-8, so they
+//! are escaped: bytes outside printable ASCII, and `{`, `}`, `%` and space, become `%XX`. The
+//! escaping is injective (`%` itself is escaped), keeps ordinary ids readable in `redis-cli`, and
+//! leaves no brace inside the tag. The prefix is validated to hold no brace either.
+
+use idemgate_core::{Key, SourceName};
+
+/// Builds the keys of one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn tagged(&self, key: &Key, suffix: &str) -> String {
+        let id = key.event_id.as_str();
+        let mut out =
+            String::with_capacity(self.prefix.len() + key.source.as_str().len() + id.len() + 8);
+        out.push_str(&self.prefix);
+        out.push('{');
+        out.push_str(key.source.as_str());
+        out.push('/');
+        escape_into(id, &mut out);
+        out.push('}');
+        out.push_str(suffix);
+        out
+    }
+
+    /// The record (store mode).
+    pub(crate) fn record(&self, key: &Key) -> String {
+        self.tagged(key, ":r")
+    }
+
+    /// The event's history (store mode).
+    pub(crate) fn history(&self, key: &Key) -> String {
+        self.tagged(key, ":h")
+    }
+
+    /// The cached answer (tier mode).
+    pub(crate) fn cache(&self, key: &Key) -> String {
+        self.tagged(key, ":c")
+    }
+
+    /// The source's history stream (store mode).
+    pub(crate) fn stream(&self, source: &SourceName) -> String {
+        format!("{}{{{}}}:s", self.prefix, source.as_str())
+    }
+}
+
+fn escape_into(id: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in id.bytes() {
+        if b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'%') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(source: &str, id: &str) -> Key {
+        Key::parse(source, id).unwrap()
+    }
+
+    /// The hash tag Redis Cluster would compute for `key`.
+    fn tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = key[open + 1..].find('}').unwrap() + open + 1;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn an_event_keeps_its_keys_in_one_slot() {
+        let keys = Keys::new("idemgate:");
+        let key = k("stripe", "evt_123");
+        assert_eq!(keys.record(&key), "idemgate:{stripe/evt_123}:r");
+        assert_eq!(tag(&keys.record(&key)), tag(&keys.history(&key)));
+        assert_eq!(keys.stream(&key.source), "idemgate:{stripe}:s");
+    }
+
+    #[test]
+    fn ids_cannot_break_the_tag_or_collide() {
+        let keys = Keys::new("p:");
+        let nasty = ["a}b", "{x}", "a%7Db", "a b", "évé", "}:h", "a/b", "%"];
+        let mut seen = std::collections::HashSet::new();
+        for id in nasty {
+            let key = k("s", id);
+            let rec = keys.record(&key);
+            assert_eq!(tag(&rec), tag(&keys.history(&key)), "{id}");
+            assert!(rec.ends_with("}:r"), "{rec}");
+            assert_eq!(rec.matches(['{', '}']).count(), 2, "{rec}");
+            assert!(seen.insert(rec), "{id} collides");
+        }
+        assert_eq!(keys.record(&k("s", "a}b")), "p:{s/a%7Db}:r");
+        assert_eq!(keys.record(&k("s", "a%7Db")), "p:{s/a%257Db}:r");
+    }
+}

@@ -1,0 +1,39 @@
+//! The Redis engine of idemgate, in two modes.
+//!
+//! - **Tier mode** ([`TieredStore`]): a read-through cache of *done* records in front of the SQL
+//!   store, the source of truth. A Redis hit on a done record answers `Duplicate` without touching
+//!   SQL; a miss asks the SQL store and caches a done answer until just before the record expires.
+//!   Nothing is ever claimed through Redis alone, so a flushed, restarted or evicting Redis can
+//!   only cost a round trip, never let a duplicate through; a Redis outage degrades to SQL only.
+//! - **Store mode** ([`RedisStore`]): Redis (standalone or Cluster) as the only store, for
+//!   scale-out. The whole claim state machine runs in one Lua script per operation on the server's
+//!   clock; records expire by `PXAT`; it refuses to start under an evicting `maxmemory-policy`
+//!   unless told otherwise.
+//!
+//! # Layout
+//!
+//! - [`config`]: [`RedisConfig`] (store mode), [`TierConfig`] (tier mode), the [`Target`] (one
+//!   URL or Cluster seed nodes) and [`ConfigError`].
+//! - `keys`: the key layout. One event's keys share a hash tag, so a script touching them runs on
+//!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
+//! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
+//!   start-up checks need.
+//! - [`store`]: [`RedisStore`] and its start-up checks; the Lua scripts live in `src/lua/`.
+//! - [`tier`]: [`TieredStore`] and its [`TierCounters`].
+//! - [`error`]: [`RedisError`], and how it becomes core's `StoreError`.
+//!
+//! The crate README explains the design choices (history, eviction, tier semantics) and carries
+//! the benchmark figures.
+
+pub mod config;
+mod conn;
+pub mod error;
+mod keys;
+mod limiter;
+pub mod store;
+pub mod tier;
+
+pub use config::{ConfigError, RedisConfig, Target, TierConfig};
+pub use error::RedisError;
+pub use store::RedisStore;
+pub use tier::{TierCounters, TieredStore};

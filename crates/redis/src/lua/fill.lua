@@ -1,0 +1,15 @@
+-- Tier mode: caches a done record's answer until (just before) the record expires.
+-- KEYS[1] = cache entry.
+-- ARGV[1] = the entry (d|first_seen|fingerprint|nonce), ARGV[2] = expire at (ms since the epoch),
+-- ARGV[3] = the tombstone a release of this record would have left (x|nonce).
+-- Returns 1 when cached, 0 when not (released meanwhile, or too close to expiry).
+if redis.call('GET', KEYS[1]) == ARGV[3] then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[2]) <= now then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+return 1

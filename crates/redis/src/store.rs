@@ -1,0 +1,513 @@
+//! Store mode: Redis (standalone or Cluster) as the only store.
+//!
+//! Each operation is one Lua script (`src/lua/`) over the event's record and history keys, which
+//! share a hash tag and so a Cluster slot. The scripts read the server's clock (`TIME`), so every
+//! expiry decision is the server's. Records expire by `PXAT` at their `expires_at`.
+//!
+//! History lives in two places:
+//! - per event, in a capped list written by the same script as the state change, so
+//!   [`ClaimStore::lookup`] shows exactly what happened to the event, in order;
+//! - per source, in a stream capped at about [`RedisConfig::source_stream_maxlen`] entries, written
+//!   by a separate `XADD` after the script (a source's stream lives in another slot than its
+//!   events, and a Cluster script may only touch one slot). It is **best-effort**: a failed or
+//!   missed `XADD` is logged and skipped, and the cap drops old entries. It is a feed for
+//!   dashboards and the TTL advisor, not an audit log; keep audit history in a SQL store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemgate_core::{
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint,
+    HistoryEntry, HistoryOutcome, Key, LateDuplicates, Record, RecordState, StoreError, Timestamp,
+    machine,
+};
+use redis::{Script, Value};
+use tracing::{info, instrument, warn};
+
+use crate::config::RedisConfig;
+use crate::conn::{Conn, Timeouts};
+use crate::error::RedisError;
+use crate::keys::Keys;
+use crate::limiter::LogLimiter;
+
+/// The Redis store (store mode). Cheap to clone: clones share one multiplexed connection.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: RedisConfig,
+    keys: Keys,
+    scripts: Scripts,
+    /// `ARGV[1]` and `ARGV[2]` of every script: history retention (ms) and cap.
+    history_args: (u64, usize),
+    stream_errors: LogLimiter,
+}
+
+#[derive(Debug)]
+struct Scripts {
+    claim: Script,
+    finish: Script,
+    lookup: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        macro_rules! script {
+            ($file:literal) => {
+                Script::new(concat!(
+                    include_str!("lua/common.lua"),
+                    "\n",
+                    include_str!(concat!("lua/", $file))
+                ))
+            };
+        }
+        Self {
+            claim: script!("claim.lua"),
+            finish: script!("finish.lua"),
+            lookup: script!("lookup.lua"),
+        }
+    }
+}
+
+/// The longest duration a script is given, in ms (keeps Lua's doubles exact).
+const MAX_MS: u64 = 1 << 50;
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(MAX_MS).min(MAX_MS)
+}
+
+impl RedisStore {
+    /// Connects, checks the server (see below) and loads the scripts.
+    ///
+    /// The checks, on every master: `maxmemory-policy` must be `noeviction` (every idemgate key
+    /// has a TTL, so `volatile-*` policies evict them too) unless
+    /// [`RedisConfig::allow_eviction`] is set, which turns the refusal into a warning; a server
+    /// that keeps nothing on disk (`appendonly no` and `save ""`) is a warning, since a restart
+    /// then forgets every claim. When `CONFIG` is disabled the checks warn and pass.
+    ///
+    /// # Errors
+    /// [`RedisError::Config`], [`RedisError::Connect`], [`RedisError::EvictingPolicy`], or
+    /// [`RedisError::Command`] when a check or the script load fails.
+    pub async fn connect(cfg: RedisConfig) -> Result<Self, RedisError> {
+        cfg.validate()?;
+        let timeouts = Timeouts {
+            connect: cfg.connect_timeout,
+            response: cfg.response_timeout,
+            retries: 3,
+        };
+        let conn = Conn::connect(&cfg.target, timeouts)
+            .await
+            .map_err(|source| RedisError::Connect {
+                target: cfg.target.describe(),
+                source,
+            })?;
+        let store = Self {
+            conn,
+            shared: Arc::new(Shared {
+                keys: Keys::new(&cfg.key_prefix),
+                scripts: Scripts::new(),
+                history_args: (ms(cfg.history_retention), cfg.history_per_event.get()),
+                stream_errors: LogLimiter::new(Duration::from_secs(60)),
+                cfg,
+            }),
+        };
+        store.check_server().await?;
+        store.load_scripts().await?;
+        info!(target = %store.shared.cfg.target.describe(), "Redis store ready");
+        Ok(store)
+    }
+
+    /// The configuration it runs on.
+    pub fn config(&self) -> &RedisConfig {
+        &self.shared.cfg
+    }
+
+    async fn check_server(&self) -> Result<(), RedisError> {
+        let cfg = &self.shared.cfg;
+        for (node, policy) in self.config_get("maxmemory-policy").await? {
+            match policy {
+                None => warn!(
+                    %node,
+                    "cannot read maxmemory-policy (CONFIG disabled or renamed?): idemgate cannot check that Redis never evicts its records"
+                ),
+                Some(p) if p == "noeviction" => {}
+                Some(policy) if cfg.allow_eviction => warn!(
+                    %node,
+                    %policy,
+                    "Redis runs an evicting maxmemory-policy and allow_eviction is set: an evicted record lets its event's next delivery through as new"
+                ),
+                Some(policy) => return Err(RedisError::EvictingPolicy { node, policy }),
+            }
+        }
+        let appendonly: HashMap<_, _> = self.config_get("appendonly").await?.into_iter().collect();
+        for (node, save) in self.config_get("save").await? {
+            let aof = appendonly.get(&node).cloned().flatten();
+            if aof.as_deref() == Some("no") && save.as_deref() == Some("") {
+                warn!(
+                    %node,
+                    "Redis keeps nothing on disk (appendonly no, save \"\"): a restart forgets every claim, and deliveries in flight may then be processed twice"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `CONFIG GET name` on every master: `None` where it cannot be read.
+    async fn config_get(&self, name: &str) -> Result<Vec<(String, Option<String>)>, RedisError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg(name);
+        let answers = conn
+            .on_masters(cmd)
+            .await
+            .map_err(RedisError::command("CONFIG GET"))?;
+        Ok(answers
+            .into_iter()
+            .map(|(node, answer)| {
+                let value = answer
+                    .ok()
+                    .and_then(|v| redis::from_redis_value::<HashMap<String, String>>(v).ok())
+                    .and_then(|mut m| m.remove(name));
+                (node, value)
+            })
+            .collect())
+    }
+
+    async fn load_scripts(&self) -> Result<(), RedisError> {
+        let mut conn = self.conn.clone();
+        let s = &self.shared.scripts;
+        for script in [&s.claim, &s.finish, &s.lookup] {
+            script
+                .load_async(&mut conn)
+                .await
+                .map_err(RedisError::command("SCRIPT LOAD"))?;
+        }
+        Ok(())
+    }
+
+    async fn run_claim(&self, req: &ClaimRequest, nonce: u64) -> Result<ClaimOutcome, RedisError> {
+        let keys = &self.shared.keys;
+        let (retention, cap) = self.shared.history_args;
+        let mode = match req.mode {
+            ClaimMode::OnSuccess => "s",
+            ClaimMode::OnReceipt => "r",
+        };
+        let late = match req.late_duplicates {
+            LateDuplicates::Off => "off",
+            LateDuplicates::Flag => "flag",
+            LateDuplicates::Reject => "reject",
+        };
+        let fingerprint = req.fingerprint.map(|f| f.to_hex()).unwrap_or_default();
+        let mut conn = self.conn.clone();
+        let (answer, n, gap, expires_at, late_first_seen): (String, i64, i64, i64, i64) = self
+            .shared
+            .scripts
+            .claim
+            .key(keys.record(&req.key))
+            .key(keys.history(&req.key))
+            .arg(retention)
+            .arg(cap)
+            .arg(mode)
+            .arg(fingerprint)
+            .arg(ms(req.lease))
+            .arg(ms(req.ttl).max(1))
+            .arg(format!("{nonce:016x}"))
+            .arg(late)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command("claim script"))?;
+        let bad = || {
+            RedisError::reply(
+                "claim script",
+                format!("{answer} {n} {gap} {expires_at} {late_first_seen}"),
+            )
+        };
+        let expires_at = Timestamp::from_millis(expires_at);
+        let token = || -> Result<ClaimToken, RedisError> {
+            Ok(ClaimToken {
+                key: req.key.clone(),
+                attempt: u32::try_from(n).map_err(|_| bad())?,
+                nonce,
+            })
+        };
+        let (outcome, history) = match answer.as_str() {
+            "claimed" | "reclaimed" | "late_claimed" => {
+                let history = match answer.as_str() {
+                    "claimed" => HistoryOutcome::Claimed,
+                    "reclaimed" => HistoryOutcome::Reclaimed,
+                    _ => HistoryOutcome::LateDuplicate,
+                };
+                let late_duplicate =
+                    (late_first_seen >= 0).then(|| Timestamp::from_millis(late_first_seen));
+                let outcome = ClaimOutcome::Claimed {
+                    token: token()?,
+                    expires_at,
+                    late_duplicate,
+                };
+                (outcome, history)
+            }
+            "late_rejected" => (
+                ClaimOutcome::LateDuplicate {
+                    first_seen: Timestamp::from_millis(n),
+                    expires_at,
+                },
+                HistoryOutcome::LateDuplicate,
+            ),
+            "duplicate" => (
+                ClaimOutcome::Duplicate {
+                    first_seen: Timestamp::from_millis(n),
+                    state: RecordState::Done,
+                    expires_at,
+                },
+                HistoryOutcome::Duplicate,
+            ),
+            "in_flight" => (
+                ClaimOutcome::InFlight {
+                    retry_after: Duration::from_millis(u64::try_from(n).map_err(|_| bad())?),
+                },
+                HistoryOutcome::InFlight,
+            ),
+            "conflict" => (
+                ClaimOutcome::Conflict {
+                    first_seen: Timestamp::from_millis(n),
+                },
+                HistoryOutcome::Conflict,
+            ),
+            _ => return Err(bad()),
+        };
+        let attempt = match &outcome {
+            ClaimOutcome::Claimed { token, .. } => Some(token.attempt),
+            ClaimOutcome::Duplicate { .. }
+            | ClaimOutcome::LateDuplicate { .. }
+            | ClaimOutcome::InFlight { .. }
+            | ClaimOutcome::Conflict { .. } => None,
+        };
+        self.append_stream(&req.key, history, attempt, u64::try_from(gap).ok())
+            .await;
+        Ok(outcome)
+    }
+
+    async fn run_finish(&self, token: &ClaimToken, what: HistoryOutcome) -> Result<(), StoreError> {
+        let keys = &self.shared.keys;
+        let (retention, cap) = self.shared.history_args;
+        let (op, label) = match what {
+            HistoryOutcome::Released => ("release", "release script"),
+            _ => ("complete", "complete script"),
+        };
+        let mut conn = self.conn.clone();
+        let done: i64 = self
+            .shared
+            .scripts
+            .finish
+            .key(keys.record(&token.key))
+            .key(keys.history(&token.key))
+            .arg(retention)
+            .arg(cap)
+            .arg(op)
+            .arg(token.attempt)
+            .arg(format!("{:016x}", token.nonce))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command(label))?;
+        if done == 0 {
+            return Err(StoreError::StaleToken {
+                key: token.key.clone(),
+                attempt: token.attempt,
+            });
+        }
+        self.append_stream(&token.key, what, Some(token.attempt), None)
+            .await;
+        Ok(())
+    }
+
+    /// Best-effort: one entry in the source's capped stream. Failures are logged (at most once a
+    /// minute) and otherwise ignored.
+    async fn append_stream(
+        &self,
+        key: &Key,
+        outcome: HistoryOutcome,
+        attempt: Option<u32>,
+        gap_ms: Option<u64>,
+    ) {
+        let Some(maxlen) = self.shared.cfg.source_stream_maxlen else {
+            return;
+        };
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(self.shared.keys.stream(&key.source))
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(maxlen.get())
+            .arg("*")
+            .arg("id")
+            .arg(key.event_id.as_str())
+            .arg("outcome")
+            .arg(outcome.as_str());
+        if let Some(a) = attempt {
+            cmd.arg("attempt").arg(a);
+        }
+        if let Some(g) = gap_ms {
+            cmd.arg("gap_ms").arg(g);
+        }
+        let mut conn = self.conn.clone();
+        if let Err(error) = cmd.query_async::<Value>(&mut conn).await
+            && let Some(held_back) = self.shared.stream_errors.check()
+        {
+            warn!(
+                %error,
+                source = %key.source,
+                held_back,
+                "cannot append to the source's history stream (best-effort; the event's own history is intact)"
+            );
+        }
+    }
+
+    async fn run_lookup(&self, key: &Key) -> Result<EventView, RedisError> {
+        let keys = &self.shared.keys;
+        let mut conn = self.conn.clone();
+        let (record, rows): (Option<String>, Vec<String>) = self
+            .shared
+            .scripts
+            .lookup
+            .key(keys.record(key))
+            .key(keys.history(key))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command("lookup script"))?;
+        let record = record
+            .map(|r| parse_record(&r).ok_or_else(|| RedisError::reply("lookup script", r)))
+            .transpose()?;
+        let history = rows
+            .into_iter()
+            .map(|h| parse_history(&h).ok_or_else(|| RedisError::reply("lookup script", h)))
+            .collect::<Result<_, _>>()?;
+        Ok(EventView {
+            key: key.clone(),
+            record,
+            history,
+        })
+    }
+}
+
+impl ClaimStore for RedisStore {
+    #[instrument(level = "debug", skip_all, fields(source = %req.key.source))]
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        Ok(self.run_claim(&req, machine::nonce()).await?)
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.run_finish(token, HistoryOutcome::Completed).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.run_finish(token, HistoryOutcome::Released).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %key.source))]
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        Ok(self.run_lookup(key).await?)
+    }
+}
+
+fn opt_fingerprint(hex: &str) -> Option<Option<Fingerprint>> {
+    if hex.is_empty() {
+        Some(None)
+    } else {
+        Fingerprint::from_hex(hex).ok().map(Some)
+    }
+}
+
+/// `state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at` (see `lua/common.lua`).
+fn parse_record(text: &str) -> Option<Record> {
+    let mut f = text.split('|');
+    let state = match f.next()? {
+        "p" => RecordState::Processing,
+        "d" => RecordState::Done,
+        _ => return None,
+    };
+    let attempt = f.next()?.parse().ok()?;
+    let nonce = u64::from_str_radix(f.next()?, 16).ok()?;
+    let fingerprint = opt_fingerprint(f.next()?)?;
+    let first_seen = Timestamp::from_millis(f.next()?.parse().ok()?);
+    let lease_until = match f.next()? {
+        "" => None,
+        t => Some(Timestamp::from_millis(t.parse().ok()?)),
+    };
+    let expires_at = Timestamp::from_millis(f.next()?.parse().ok()?);
+    f.next().is_none().then_some(Record {
+        state,
+        attempt,
+        nonce,
+        fingerprint,
+        first_seen,
+        lease_until,
+        expires_at,
+    })
+}
+
+/// `outcome|processed|attempt|at|gap|fingerprint` (see `lua/common.lua`).
+fn parse_history(text: &str) -> Option<HistoryEntry> {
+    let mut f = text.split('|');
+    let outcome = HistoryOutcome::parse(f.next()?)?;
+    let processed = match f.next()? {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    let attempt = match f.next()? {
+        "" => None,
+        a => Some(a.parse().ok()?),
+    };
+    let at = Timestamp::from_millis(f.next()?.parse().ok()?);
+    let gap = match f.next()? {
+        "" => None,
+        g => Some(Duration::from_millis(g.parse().ok()?)),
+    };
+    let fingerprint = opt_fingerprint(f.next()?)?;
+    f.next().is_none().then_some(HistoryEntry {
+        outcome,
+        processed,
+        attempt,
+        at,
+        gap,
+        fingerprint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_history_rows_parse() {
+        let fp = "ab".repeat(32);
+        let rec = parse_record(&format!("p|2|00000000deadbeef|{fp}|1000|1250|5000")).unwrap();
+        assert_eq!(rec.state, RecordState::Processing);
+        assert_eq!(rec.attempt, 2);
+        assert_eq!(rec.nonce, 0xdead_beef);
+        assert_eq!(rec.fingerprint, Some(Fingerprint([0xab; 32])));
+        assert_eq!(rec.lease_until, Some(Timestamp::from_millis(1250)));
+        let done = parse_record("d|1|0000000000000001||1000||5000").unwrap();
+        assert_eq!(
+            (done.state, done.fingerprint, done.lease_until),
+            (RecordState::Done, None, None)
+        );
+        assert!(parse_record("q|1|1||1||5").is_none());
+        assert!(parse_record("d|1|1||1||5|extra").is_none());
+
+        let row = parse_history("duplicate|0|1|2000|1000|").unwrap();
+        assert_eq!(row.outcome, HistoryOutcome::Duplicate);
+        assert_eq!(row.gap, Some(Duration::from_secs(1)));
+        assert!(!row.processed);
+        let row = parse_history("completed|1|1|2000||").unwrap();
+        assert_eq!((row.attempt, row.gap, row.processed), (Some(1), None, true));
+        assert!(parse_history("nope|0|1|2000||").is_none());
+        assert!(parse_history("claimed|2|1|2000||").is_none());
+    }
+}

@@ -1,0 +1,417 @@
+//! Tier mode: a read-through cache of *done* records in front of a SQL store.
+//!
+//! The inner store (SQLite or PostgreSQL) stays the source of truth; Redis only ever holds
+//! answers the inner store already gave:
+//!
+//! - **claim**: `GET` the event's cache entry. A done entry whose fingerprint agrees answers
+//!   [`ClaimOutcome::Duplicate`] at once, without touching SQL. Anything else (no entry, a
+//!   tombstone, a fingerprint the entry cannot vouch for, Redis unreachable) asks the inner
+//!   store; when it answers `Duplicate` of a done record, the answer is cached until
+//!   [`TierConfig::expiry_margin`] before the record expires (`PXAT`, so the cache can never
+//!   outlive the record by more than the clock difference between the two servers, which the
+//!   margin covers). Processing records, in-flight answers and conflicts are never cached.
+//! - **complete**: the inner store only; the first duplicate after it fills the cache (filling
+//!   at completion would cost a SQL read for every event, most of which never see a duplicate).
+//! - **release**: first a tombstone replaces the cache entry (so a read-through that read the
+//!   record before the release cannot cache it after), then the inner store deletes the record.
+//!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
+//!   never cacheable); a done one is refused, since its cached answer could outlive the release.
+//! - **lookup**, [`Sweep`], [`Stats`]: the inner store.
+//!
+//! Why eviction, `FLUSHALL` or a restart can only cost a round trip: a claim is never decided by
+//! Redis alone. A missing entry means "ask SQL", and SQL's answer is the one the caller gets.
+//!
+//! A Redis error counts in [`TierCounters::errors`], is logged at most once a minute, and sends
+//! claims straight to the inner store for [`TierConfig::retry_after`] (counted as `bypassed`), so
+//! an outage costs one timeout per period rather than one per claim. It never fails a claim.
+//!
+//! **History.** Duplicates answered from Redis are counted in [`TierCounters::hits`] but write no
+//! history row: writing one would put SQL back on the hot path the tier exists to avoid (and an
+//! asynchronous write could only go through `claim`, which might *claim* a record released
+//! meanwhile). The first duplicate of an event, and every one while it is not cached, is still
+//! recorded by the inner store, so the gap history the TTL advisor reads keeps each event's
+//! earliest duplicate; later ones show only in the counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, Key, RecordState,
+    Stats, StoreError, StoreStats, Sweep, Timestamp,
+};
+use redis::{AsyncCommands, Script};
+use tracing::{instrument, warn};
+
+use crate::config::TierConfig;
+use crate::conn::{Conn, Timeouts};
+use crate::error::RedisError;
+use crate::keys::Keys;
+use crate::limiter::LogLimiter;
+
+/// What a cache entry holds after a release: "do not cache this event now".
+const TOMBSTONE: &str = "x";
+
+/// A [`ClaimStore`] answering known duplicates from Redis in front of `S`, the source of truth.
+/// Cheap to clone when `S` is.
+#[derive(Debug)]
+pub struct TieredStore<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: Clone> Clone for TieredStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: TierConfig,
+    conn: Conn,
+    keys: Keys,
+    fill: Script,
+    counters: Counters,
+    start: Instant,
+    /// Milliseconds since `start` before which Redis is not tried (after an error).
+    skip_until_ms: AtomicU64,
+    errors_log: LogLimiter,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    errors: AtomicU64,
+    bypassed: AtomicU64,
+}
+
+/// How the tier has fared since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierCounters {
+    /// Claims answered `Duplicate` from Redis, without the inner store.
+    pub hits: u64,
+    /// Claims Redis could not answer (no entry, a tombstone, a fingerprint it cannot vouch for).
+    pub misses: u64,
+    /// Redis commands that failed (each sent its claim to the inner store).
+    pub errors: u64,
+    /// Claims sent straight to the inner store because Redis failed moments before.
+    pub bypassed: u64,
+}
+
+/// A cached answer: `d|first_seen|expires_at|fingerprint`.
+#[derive(Debug, PartialEq, Eq)]
+struct Cached {
+    first_seen: Timestamp,
+    expires_at: Timestamp,
+    /// A fingerprint a claim may carry and still be a duplicate (empty: only claims without one).
+    fingerprint: Option<Fingerprint>,
+}
+
+impl Cached {
+    fn encode(&self) -> String {
+        format!(
+            "d|{}|{}|{}",
+            self.first_seen.as_millis(),
+            self.expires_at.as_millis(),
+            self.fingerprint.map(|f| f.to_hex()).unwrap_or_default()
+        )
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let mut f = text.split('|');
+        (f.next()? == "d").then_some(())?;
+        let first_seen = Timestamp::from_millis(f.next()?.parse().ok()?);
+        let expires_at = Timestamp::from_millis(f.next()?.parse().ok()?);
+        let fingerprint = match f.next()? {
+            "" => None,
+            hex => Some(Fingerprint::from_hex(hex).ok()?),
+        };
+        f.next().is_none().then_some(Self {
+            first_seen,
+            expires_at,
+            fingerprint,
+        })
+    }
+
+    /// Whether the inner store would surely answer `Duplicate` to a claim with `asked`.
+    ///
+    /// The entry was filled from a `Duplicate` to a claim carrying `self.fingerprint`, so the
+    /// record's own fingerprint is either absent or that one: a claim with the same fingerprint,
+    /// or none, is a duplicate either way; any other might be a conflict and goes to SQL.
+    fn vouches_for(&self, asked: Option<Fingerprint>) -> bool {
+        asked.is_none() || asked == self.fingerprint
+    }
+}
+
+impl<S: ClaimStore> TieredStore<S> {
+    /// Puts Redis in front of `inner`. Never connects: the connection is made on first use and
+    /// remade after failures, so a Redis that is down at start only means answers come from
+    /// `inner` until it is up. Must be called within a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`RedisError::Config`] when `cfg` cannot work.
+    pub fn new(inner: S, cfg: TierConfig) -> Result<Self, RedisError> {
+        cfg.validate()?;
+        let timeouts = Timeouts {
+            connect: cfg.connect_timeout,
+            response: cfg.response_timeout,
+            retries: 0,
+        };
+        let conn = Conn::lazy(&cfg.target, timeouts).map_err(|source| RedisError::Connect {
+            target: cfg.target.describe(),
+            source,
+        })?;
+        Ok(Self {
+            inner,
+            shared: Arc::new(Shared {
+                keys: Keys::new(&cfg.key_prefix),
+                cfg,
+                conn,
+                fill: Script::new(include_str!("lua/fill.lua")),
+                counters: Counters::default(),
+                start: Instant::now(),
+                skip_until_ms: AtomicU64::new(0),
+                errors_log: LogLimiter::new(Duration::from_secs(60)),
+            }),
+        })
+    }
+
+    /// The store behind the cache.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The configuration it runs on.
+    pub fn config(&self) -> &TierConfig {
+        &self.shared.cfg
+    }
+
+    /// Hits, misses, errors and bypasses so far.
+    pub fn counters(&self) -> TierCounters {
+        let c = &self.shared.counters;
+        TierCounters {
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            bypassed: c.bypassed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.shared.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether to try Redis now (not within `retry_after` of a failure).
+    fn redis_usable(&self) -> bool {
+        self.elapsed_ms() >= self.shared.skip_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Counts and (at most once a minute) logs a Redis failure, and skips Redis for a while.
+    fn redis_failed(&self, doing: &'static str, error: &redis::RedisError) {
+        let s = &self.shared;
+        s.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let retry_ms = u64::try_from(s.cfg.retry_after.as_millis()).unwrap_or(u64::MAX);
+        s.skip_until_ms.store(
+            self.elapsed_ms().saturating_add(retry_ms),
+            Ordering::Relaxed,
+        );
+        if let Some(held_back) = s.errors_log.check() {
+            warn!(
+                %error,
+                doing,
+                held_back,
+                target = %s.cfg.target.describe(),
+                "Redis unavailable: answering from the SQL store alone"
+            );
+        }
+    }
+
+    /// The cached answer for `req`, if Redis has one it can vouch for.
+    async fn cached(&self, req: &ClaimRequest) -> Option<ClaimOutcome> {
+        let counters = &self.shared.counters;
+        if !self.redis_usable() {
+            counters.bypassed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let mut conn = self.shared.conn.clone();
+        let entry: Option<String> = match conn.get(self.shared.keys.cache(&req.key)).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                self.redis_failed("reading the cache", &e);
+                return None;
+            }
+        };
+        match entry.as_deref().and_then(Cached::parse) {
+            Some(c) if c.vouches_for(req.fingerprint) => {
+                counters.hits.fetch_add(1, Ordering::Relaxed);
+                Some(ClaimOutcome::Duplicate {
+                    first_seen: c.first_seen,
+                    state: RecordState::Done,
+                    expires_at: c.expires_at,
+                })
+            }
+            Some(_) | None => {
+                counters.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Caches the inner store's `Duplicate` of a done record until just before it expires.
+    async fn fill(&self, req: &ClaimRequest, entry: Cached) {
+        if !self.redis_usable() {
+            return;
+        }
+        let until = entry.expires_at.as_millis().saturating_sub(
+            i64::try_from(self.shared.cfg.expiry_margin.as_millis()).unwrap_or(i64::MAX),
+        );
+        let mut conn = self.shared.conn.clone();
+        let result: Result<i64, _> = self
+            .shared
+            .fill
+            .key(self.shared.keys.cache(&req.key))
+            .arg(entry.encode())
+            .arg(until)
+            .arg(TOMBSTONE)
+            .invoke_async(&mut conn)
+            .await;
+        if let Err(e) = result {
+            self.redis_failed("filling the cache", &e);
+        }
+    }
+
+    /// Puts the release tombstone in place of the event's cache entry.
+    async fn tombstone(&self, key: &Key) -> Result<(), redis::RedisError> {
+        let mut conn = self.shared.conn.clone();
+        let ms = u64::try_from(self.shared.cfg.release_tombstone.as_millis()).unwrap_or(u64::MAX);
+        redis::cmd("SET")
+            .arg(self.shared.keys.cache(key))
+            .arg(TOMBSTONE)
+            .arg("PX")
+            .arg(ms)
+            .query_async::<()>(&mut conn)
+            .await
+    }
+}
+
+impl<S: ClaimStore> ClaimStore for TieredStore<S> {
+    #[instrument(level = "debug", skip_all, fields(source = %req.key.source))]
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if let Some(answer) = self.cached(&req).await {
+            return Ok(answer);
+        }
+        let outcome = self.inner.claim(req.clone()).await?;
+        match &outcome {
+            ClaimOutcome::Duplicate {
+                first_seen,
+                state: RecordState::Done,
+                expires_at,
+            } => {
+                let entry = Cached {
+                    first_seen: *first_seen,
+                    expires_at: *expires_at,
+                    fingerprint: req.fingerprint,
+                };
+                self.fill(&req, entry).await;
+            }
+            // Only done records are cached. A late duplicate's new done record is cached by the
+            // first plain duplicate after it, which the inner store records in history.
+            ClaimOutcome::Duplicate {
+                state: RecordState::Processing,
+                ..
+            }
+            | ClaimOutcome::Claimed { .. }
+            | ClaimOutcome::LateDuplicate { .. }
+            | ClaimOutcome::InFlight { .. }
+            | ClaimOutcome::Conflict { .. } => {}
+        }
+        Ok(outcome)
+    }
+
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        self.inner.complete(token).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        let failure = if self.redis_usable() {
+            match self.tombstone(&token.key).await {
+                Ok(()) => return self.inner.release(token).await,
+                Err(e) => {
+                    self.redis_failed("invalidating the cache", &e);
+                    Some(e)
+                }
+            }
+        } else {
+            None
+        };
+        // Redis cannot take the tombstone. Only a done record can have a cached answer.
+        let view = self.inner.lookup(&token.key).await?;
+        let held_done = view.record.is_some_and(|r| {
+            r.state == RecordState::Done && r.attempt == token.attempt && r.nonce == token.nonce
+        });
+        if held_done {
+            let why = "Redis is unreachable, so the cached answer of this completed claim cannot be invalidated; retry the release later";
+            return Err(match failure {
+                Some(e) => StoreError::backend(why, e),
+                None => StoreError::backend(
+                    why,
+                    RedisError::reply("cache", "skipped after a recent failure"),
+                ),
+            });
+        }
+        self.inner.release(token).await
+    }
+
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        self.inner.lookup(key).await
+    }
+}
+
+impl<S: ClaimStore + Sweep> Sweep for TieredStore<S> {
+    async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
+        self.inner.sweep_expired(batch).await
+    }
+}
+
+impl<S: ClaimStore + Stats> Stats for TieredStore<S> {
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_entries_round_trip() {
+        let c = Cached {
+            first_seen: Timestamp::from_millis(1_000),
+            expires_at: Timestamp::from_millis(9_000),
+            fingerprint: Some(Fingerprint([7; 32])),
+        };
+        assert_eq!(Cached::parse(&c.encode()), Some(c));
+        let none = Cached::parse("d|1|2|").unwrap();
+        assert_eq!(none.fingerprint, None);
+        assert_eq!(Cached::parse(TOMBSTONE), None);
+        assert_eq!(Cached::parse("d|1|2|zz"), None);
+    }
+
+    #[test]
+    fn an_entry_vouches_only_for_fingerprints_it_saw() {
+        let fp = |b| Some(Fingerprint([b; 32]));
+        let with = Cached::parse(&format!("d|1|2|{}", "01".repeat(32))).unwrap();
+        assert!(with.vouches_for(None));
+        assert!(with.vouches_for(fp(1)));
+        assert!(!with.vouches_for(fp(2)));
+        let without = Cached::parse("d|1|2|").unwrap();
+        assert!(without.vouches_for(None));
+        assert!(!without.vouches_for(fp(1)));
+    }
+}

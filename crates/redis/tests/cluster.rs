@@ -1,0 +1,63 @@
+//! Store mode on a 3-master Redis Cluster that this test binary starts on free loopback ports
+//! (once, shared by its cases) and that stops when the binary exits.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{PrefixHarness, TestCluster, WHAT_TO_INSTALL, unique_prefix};
+use idemgate_core::testkit::{Harness, RealTimeHarness, require_service};
+use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
+use idemgate_redis::{RedisConfig, RedisStore};
+
+/// The cluster, started by the first case that needs it. Its servers' watchdogs stop them when
+/// this process exits, so nothing needs to drop it.
+fn cluster() -> Result<&'static TestCluster, String> {
+    static CLUSTER: OnceLock<Result<TestCluster, String>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(TestCluster::start)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+async fn cluster_harness() -> Option<PrefixHarness> {
+    let cluster = require_service(cluster(), WHAT_TO_INSTALL)?;
+    let mut cfg = RedisConfig::cluster(cluster.urls());
+    cfg.key_prefix = unique_prefix();
+    let store = RedisStore::connect(cfg)
+        .await
+        .expect("connect to the test cluster");
+    Some(PrefixHarness {
+        inner: RealTimeHarness { store },
+        // The whole cluster goes away with the process.
+        _cleanup: None,
+    })
+}
+
+idemgate_core::conformance_tests!(cluster_harness());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_spread_over_every_master() {
+    let Some(h) = cluster_harness().await else {
+        return;
+    };
+    let store = h.store();
+    let lease = Duration::from_secs(60);
+    for i in 0..64 {
+        let key = Key::parse("spread", &format!("evt-{i}}}{{x")).unwrap();
+        let outcome = store
+            .claim(ClaimRequest::new(key, lease, lease))
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Claimed { .. }),
+            "{outcome:?}"
+        );
+    }
+    let cluster = cluster().unwrap();
+    for node in &cluster.nodes {
+        let n: u64 = redis::cmd("DBSIZE").query(&mut node.sync_conn()).unwrap();
+        assert!(n > 0, "node {} holds no key", node.port);
+    }
+}

@@ -1,0 +1,310 @@
+//! Helpers shared by the test binaries: the shared Redis's URL, per-test key prefixes cleaned up
+//! on drop, and redis-server processes the tests start (and stop) themselves.
+#![allow(dead_code)] // Each test binary uses its own share of these.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use idemgate_core::testkit::{self, RealTimeHarness};
+use idemgate_redis::{RedisConfig, RedisStore};
+
+pub const WHAT_TO_START: &str =
+    "start redis-server on 127.0.0.1:6379 or set IDEMGATE_TEST_REDIS to a Redis URL";
+
+/// The shared Redis the tests may use (never flushed, never reconfigured by them).
+pub fn redis_url() -> String {
+    std::env::var("IDEMGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// A key prefix no other test (or run) uses.
+pub fn unique_prefix() -> String {
+    format!(
+        "idemgate-test:{}:{:016x}:",
+        std::process::id(),
+        idemgate_core::machine::nonce()
+    )
+}
+
+/// Deletes every key under `prefix` (SCAN + DEL) when dropped.
+#[derive(Debug)]
+pub struct Cleanup {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Err(e) = delete_prefix(&self.url, &self.prefix) {
+            eprintln!("cleanup of {} on {} failed: {e}", self.prefix, self.url);
+        }
+    }
+}
+
+/// Deletes every key under `prefix` on one server (blocking: runs in `Drop`).
+pub fn delete_prefix(url: &str, prefix: &str) -> redis::RedisResult<usize> {
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut con)?;
+        if !keys.is_empty() {
+            deleted += keys.len();
+            redis::cmd("DEL").arg(&keys).query::<()>(&mut con)?;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
+
+/// A store-mode harness on its own prefix, cleaned up when the case ends.
+#[derive(Debug)]
+pub struct PrefixHarness {
+    pub inner: RealTimeHarness<RedisStore>,
+    pub _cleanup: Option<Cleanup>,
+}
+
+impl testkit::Harness for PrefixHarness {
+    type Store = RedisStore;
+    fn store(&self) -> RedisStore {
+        self.inner.store.clone()
+    }
+    async fn advance(&self, d: Duration) {
+        self.inner.advance(d).await;
+    }
+}
+
+/// A store-mode harness on the shared Redis, or `None` (skip) when it is unreachable outside CI.
+pub async fn standalone_harness() -> Option<PrefixHarness> {
+    let url = redis_url();
+    let prefix = unique_prefix();
+    let mut cfg = RedisConfig::new(url.clone());
+    cfg.key_prefix = prefix.clone();
+    let store = testkit::require_service(RedisStore::connect(cfg).await, WHAT_TO_START)?;
+    Some(PrefixHarness {
+        inner: RealTimeHarness { store },
+        _cleanup: Some(Cleanup { url, prefix }),
+    })
+}
+
+/// Whether `redis-server` can be started here; `Err` says what to install.
+pub fn redis_server_available() -> Result<(), String> {
+    match Command::new("redis-server").arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!("redis-server --version failed: {}", out.status)),
+        Err(e) => Err(format!("cannot run redis-server: {e}")),
+    }
+}
+
+pub const WHAT_TO_INSTALL: &str =
+    "install redis-server and redis-cli (Debian: apt-get install redis-server)";
+
+/// A port `p` on loopback with `p` and `p + 10000` (a Cluster node's bus port) free.
+pub fn free_port() -> u16 {
+    let seed = u64::from(std::process::id()) ^ idemgate_core::machine::nonce();
+    for i in 0..2_000u64 {
+        let port = 20_000 + ((seed.wrapping_add(i.wrapping_mul(7_919))) % 10_000) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free loopback port pair found in 20000..40000");
+}
+
+/// A redis-server this test started, on a free loopback port, keeping nothing on disk.
+///
+/// It runs under a small shell watchdog that stops it (and removes its directory) as soon as
+/// the test process is gone, so a crashed or killed test run leaves no server behind. Dropping
+/// it shuts the server down.
+#[derive(Debug)]
+pub struct TestServer {
+    pub port: u16,
+    watchdog: Child,
+    dir: PathBuf,
+}
+
+impl TestServer {
+    /// Starts one with `extra` arguments (`--maxmemory 2mb`, `--cluster-enabled yes`, ...) and
+    /// waits until it answers PING.
+    pub fn start(extra: &[&str]) -> Result<Self, String> {
+        redis_server_available()?;
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "idemgate-redis-test-{}-{port}-{:08x}",
+            std::process::id(),
+            idemgate_core::machine::nonce() as u32
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let watchdog_script = r#"
+parent="$1"; dir="$2"; shift 2
+redis-server "$@" &
+rs=$!
+while kill -0 "$rs" 2>/dev/null && kill -0 "$parent" 2>/dev/null; do sleep 0.2; done
+kill "$rs" 2>/dev/null
+wait "$rs" 2>/dev/null
+rm -rf "$dir"
+"#;
+        let port_s = port.to_string();
+        let dir_s = dir.display().to_string();
+        let mut args: Vec<&str> = vec![
+            "--port",
+            &port_s,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            &dir_s,
+            "--logfile",
+            "redis.log",
+        ];
+        args.extend_from_slice(extra);
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(watchdog_script)
+            .arg("sh")
+            .arg(std::process::id().to_string())
+            .arg(&dir_s)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawning redis-server: {e}"))?;
+        let server = Self {
+            port,
+            watchdog,
+            dir,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ping = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            match ping {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    let log =
+                        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                    return Err(format!(
+                        "redis-server on port {} did not answer: {e}\n{log}",
+                        self.port
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// A blocking connection, for test set-up and assertions.
+    pub fn sync_conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .expect("connect to the test server")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // The watchdog sees the server gone, and removes its directory.
+        if let Ok(mut con) = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        {
+            let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut con);
+        }
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// A 3-master Redis Cluster on loopback, started by the tests. Lives until the test process
+/// exits (the watchdogs stop it then).
+#[derive(Debug)]
+pub struct TestCluster {
+    pub nodes: Vec<TestServer>,
+}
+
+impl TestCluster {
+    pub fn start() -> Result<Self, String> {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(TestServer::start(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running redis-cli --cluster create: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let cluster = Self { nodes };
+        cluster.wait_ok()?;
+        Ok(cluster)
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(TestServer::url).collect()
+    }
+
+    fn wait_ok(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &self.nodes {
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut node.sync_conn())
+                    .map_err(|e| e.to_string())?;
+                if info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("the cluster never became ok:\n{info}"));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+}
