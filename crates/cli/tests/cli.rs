@@ -204,7 +204,7 @@ async fn fill(dir: &std::path::Path, expired: usize, live: usize) {
     for i in 0..live {
         let key = Key::parse("stripe-live", &format!("evt_{i}")).unwrap();
         let req = ClaimRequest::new(key, Duration::from_secs(60), day);
-        let ClaimOutcome::Claimed { token } = store.claim(req.clone()).await.unwrap() else {
+        let ClaimOutcome::Claimed { token, .. } = store.claim(req.clone()).await.unwrap() else {
             panic!("not claimed")
         };
         store.complete(&token).await.unwrap();

@@ -100,7 +100,7 @@ pub(crate) async fn create_claim(
 
 async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     let (src, key) = key(state, &req.source, &req.event_id)?;
-    let mut claim = src.claim_request(key.clone());
+    let mut claim = src.claim_request(key);
     if let Some(fp) = &req.fingerprint {
         claim.fingerprint =
             Some(Fingerprint::from_hex(fp).map_err(|e| bad("invalid-fingerprint", e))?);
@@ -120,25 +120,34 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     }
     let outcome = state.claim(src, claim).await?;
     Ok(match outcome {
-        ClaimOutcome::Claimed { token } => {
-            let view = state.store.lookup(&key).await?;
-            let expires_at = view.record.map(|r| r.expires_at.to_string());
-            with_outcome(
-                "claimed",
-                (
-                    StatusCode::CREATED,
-                    Json(json!({
-                        "outcome": "claimed",
-                        "token": token.fence(),
-                        "attempt": token.attempt,
-                        "expires_at": expires_at,
-                    })),
-                ),
-            )
-        }
+        ClaimOutcome::Claimed {
+            token,
+            expires_at,
+            late_duplicate,
+        } => with_outcome(
+            "claimed",
+            (
+                StatusCode::CREATED,
+                Json(json!({
+                    "outcome": "claimed",
+                    "token": token.fence(),
+                    "attempt": token.attempt,
+                    "expires_at": expires_at.to_string(),
+                    "late_duplicate_of": late_duplicate.map(|t| t.to_string()),
+                })),
+            ),
+        ),
+        ClaimOutcome::LateDuplicate { first_seen, .. } => with_outcome(
+            "late-duplicate",
+            Json(json!({
+                "outcome": "late_duplicate",
+                "first_seen": first_seen.to_string(),
+            })),
+        ),
         ClaimOutcome::Duplicate {
             first_seen,
             state: record_state,
+            ..
         } => with_outcome(
             "duplicate",
             Json(json!({

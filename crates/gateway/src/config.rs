@@ -11,7 +11,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use idemgate_core::policy::{ContractTerms, PolicyError, TtlOverride, TtlPolicy};
-use idemgate_core::{ClaimMode, KeyError, SourceName, presets};
+use idemgate_core::{ClaimMode, KeyError, LateDuplicates, SourceName, presets};
 use serde::Deserialize;
 
 /// Environment variables that share the prefix but are not configuration.
@@ -246,6 +246,26 @@ pub enum OnConflict {
     Reject,
 }
 
+/// The `late_duplicates` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LatePolicy {
+    Off,
+    #[default]
+    Flag,
+    Reject,
+}
+
+impl From<LatePolicy> for LateDuplicates {
+    fn from(p: LatePolicy) -> Self {
+        match p {
+            LatePolicy::Off => LateDuplicates::Off,
+            LatePolicy::Flag => LateDuplicates::Flag,
+            LatePolicy::Reject => LateDuplicates::Reject,
+        }
+    }
+}
+
 /// When a delivery counts as processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -294,6 +314,10 @@ pub struct SourceConfig {
     pub lease: Option<Duration>,
     #[serde(default)]
     pub on_conflict: OnConflict,
+    /// A delivery whose record expired but whose event history shows processed: "flag" (process
+    /// it, record and count it), "reject" (answer 200 without processing) or "off".
+    #[serde(default)]
+    pub late_duplicates: LatePolicy,
     #[serde(default = "default_forward_timeout", with = "human")]
     pub forward_timeout: Duration,
     /// Signature timestamp tolerance: a replay guard, not the retry window.

@@ -77,7 +77,12 @@ async fn receive(
         .claim(src, src.claim_request(key.clone()).fingerprint(fingerprint))
         .await?;
     match outcome {
-        ClaimOutcome::Claimed { token } => process(state, src, token, body, headers).await,
+        ClaimOutcome::Claimed { token, .. } => process(state, src, token, body, headers).await,
+        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(answer(
+            StatusCode::OK,
+            "late-duplicate",
+            json!({ "outcome": "late_duplicate", "first_seen": first_seen.to_string() }),
+        )),
         ClaimOutcome::Duplicate { first_seen, .. } => Ok(answer(
             StatusCode::OK,
             "duplicate",

@@ -34,7 +34,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimMode, ClaimOutcome, ClaimRequest, Key, SourceName};
+use idemgate_core::{ClaimMode, ClaimOutcome, ClaimRequest, Key, LateDuplicates, SourceName};
 use idemgate_providers::Verifier;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +59,7 @@ pub struct Source {
     pub forward_timeout: Duration,
     pub mode: ClaimMode,
     pub on_conflict: OnConflict,
+    pub late_duplicates: LateDuplicates,
     /// `provider = "none"`: the sender proves itself with a bearer token instead of a signature.
     pub needs_bearer: bool,
 }
@@ -66,7 +67,9 @@ pub struct Source {
 impl Source {
     /// A claim of `key` under this source's TTL, lease and mode.
     pub fn claim_request(&self, key: Key) -> ClaimRequest {
-        ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl).mode(self.mode)
+        ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
+            .mode(self.mode)
+            .late_duplicates(self.late_duplicates)
     }
 }
 
@@ -192,6 +195,25 @@ impl AppState {
         let result = self.store.claim(req).await;
         self.metrics.claim_latency(started.elapsed());
         let outcome = result?;
+        let late = match &outcome {
+            ClaimOutcome::Claimed {
+                late_duplicate: Some(first_seen),
+                ..
+            }
+            | ClaimOutcome::LateDuplicate { first_seen, .. } => Some(*first_seen),
+            _ => None,
+        };
+        if let Some(first_seen) = late {
+            // A delivery after its record expired, of an event processed before: the TTL was too
+            // short, or a request was replayed.
+            self.metrics.late_duplicate(source.name.as_str());
+            tracing::warn!(
+                source = %source.name,
+                policy = source.late_duplicates.as_str(),
+                %first_seen,
+                "late duplicate"
+            );
+        }
         tracing::debug!(source = %source.name, outcome = outcome.name(), "claim");
         Ok(outcome)
     }
@@ -246,6 +268,8 @@ fn outcome_label(outcome: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "forwarded",
         "accepted",
+        "challenge",
+        "late-duplicate",
         "claimed",
         "completed",
         "released",
@@ -304,6 +328,7 @@ fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::Confi
         forward_timeout: sc.forward_timeout,
         mode: sc.mode.into(),
         on_conflict: sc.on_conflict,
+        late_duplicates: sc.late_duplicates.into(),
     })
 }
 

@@ -19,6 +19,7 @@ const BUCKETS: [f64; 12] = [
 #[derive(Debug, Default)]
 pub struct Metrics {
     deliveries: Mutex<BTreeMap<(String, &'static str), u64>>,
+    late: Mutex<BTreeMap<String, u64>>,
     claim_buckets: [AtomicU64; BUCKETS.len()],
     claim_count: AtomicU64,
     claim_sum_micros: AtomicU64,
@@ -39,6 +40,19 @@ impl Metrics {
     pub fn delivery(&self, source: &str, outcome: &'static str) {
         let mut map = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
         *map.entry((source.to_owned(), outcome)).or_default() += 1;
+    }
+
+    /// Counts one late duplicate (a delivery after its record expired, of an event processed
+    /// before).
+    pub fn late_duplicate(&self, source: &str) {
+        let mut map = self.late.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry(source.to_owned()).or_default() += 1;
+    }
+
+    /// How many late duplicates `source` had (for tests and logs).
+    pub fn late_duplicates(&self, source: &str) -> u64 {
+        let map = self.late.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(source).copied().unwrap_or(0)
     }
 
     /// Records how long one claim took in the store.
@@ -85,6 +99,18 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "idemgate_deliveries_total{{source=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    escape(source)
+                );
+            }
+        }
+        out.push_str("# HELP idemgate_late_duplicates_total Deliveries after their record expired, of events processed before (TTL too short, or a replay).\n");
+        out.push_str("# TYPE idemgate_late_duplicates_total counter\n");
+        {
+            let map = self.late.lock().unwrap_or_else(|p| p.into_inner());
+            for (source, n) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "idemgate_late_duplicates_total{{source=\"{}\"}} {n}",
                     escape(source)
                 );
             }

@@ -447,3 +447,78 @@ async fn slack_url_verification_is_answered_only_when_signed() {
     assert_eq!(down.total(), 0);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_after_the_ttl_is_caught_under_each_policy() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let mut config = String::new();
+    for policy in ["flag", "reject", "off"] {
+        config.push_str(&format!(
+            "[[source]]\nname = \"late-{policy}\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+             forward_url = \"{}\"\nretry_window = \"400ms\"\nqueue_lag = \"0s\"\nclock_skew = \"0s\"\n\
+             replay_margin = \"0s\"\nlease = \"200ms\"\nlate_duplicates = \"{policy}\"\n",
+            down.url
+        ));
+    }
+    let gw = Gateway::start(&config).await;
+    let deliver = |source: &'static str| {
+        let body = body_for("stripe-live", "evt_late");
+        let h = sign(&gw, source, "evt_late", SystemTime::now(), &body);
+        let gw = &gw;
+        async move { gw.post(&format!("/hooks/{source}"), h, body).await }
+    };
+    for source in ["late-flag", "late-reject", "late-off"] {
+        assert_eq!(deliver(source).await.outcome(), "forwarded", "{source}");
+    }
+    // Past the 400 ms TTL: the records are gone, history remains.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let flag = deliver("late-flag").await;
+    assert_eq!(
+        (flag.status, flag.outcome()),
+        (200, "forwarded"),
+        "flag processes it again"
+    );
+    let reject = deliver("late-reject").await;
+    assert_eq!(
+        (reject.status, reject.outcome()),
+        (200, "late-duplicate"),
+        "reject acks it"
+    );
+    let off = deliver("late-off").await;
+    assert_eq!((off.status, off.outcome()), (200, "forwarded"));
+
+    assert_eq!(down.attempts("late-flag:evt_late").len(), 2);
+    assert_eq!(
+        down.attempts("late-reject:evt_late").len(),
+        1,
+        "a rejected late duplicate is not forwarded"
+    );
+    assert_eq!(down.attempts("late-off:evt_late").len(), 2);
+    use HistoryOutcome::*;
+    assert_eq!(
+        history(&gw, "late-flag", "evt_late").await,
+        [Claimed, Completed, LateDuplicate, Completed]
+    );
+    assert_eq!(
+        history(&gw, "late-reject", "evt_late").await,
+        [Claimed, Completed, LateDuplicate]
+    );
+    assert_eq!(
+        history(&gw, "late-off", "evt_late").await,
+        [Claimed, Completed, Claimed, Completed]
+    );
+    let m = String::from_utf8(gw.get("/metrics").await.unwrap().body.to_vec()).unwrap();
+    assert!(
+        m.contains("idemgate_late_duplicates_total{source=\"late-flag\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("idemgate_late_duplicates_total{source=\"late-reject\"} 1"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("idemgate_late_duplicates_total{source=\"late-off\"}"),
+        "{m}"
+    );
+    gw.stop().await;
+}
