@@ -17,6 +17,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::claim::HistoryOutcome;
 use crate::key::SourceName;
 use crate::policy::DeliveryContract;
 
@@ -36,6 +37,54 @@ pub struct Observation {
     pub live_rows: u64,
     /// The period observed.
     pub period: Duration,
+}
+
+/// Builds [`Observation`]s from history rows, one `(source, outcome, gap)` at a time.
+#[derive(Debug, Default)]
+pub struct Tally {
+    sources: std::collections::BTreeMap<SourceName, Observation>,
+}
+
+impl Tally {
+    /// Counts one history row. Completions and releases are not deliveries; every other outcome
+    /// is one, and every delivery of an event already seen has a gap.
+    pub fn add(&mut self, source: SourceName, outcome: HistoryOutcome, gap: Option<Duration>) {
+        let obs = self
+            .sources
+            .entry(source)
+            .or_insert_with_key(|source| Observation {
+                source: source.clone(),
+                deliveries: 0,
+                first_receipts: 0,
+                gaps: Vec::new(),
+                late_duplicates: 0,
+                live_rows: 0,
+                period: Duration::ZERO,
+            });
+        match outcome {
+            HistoryOutcome::Completed | HistoryOutcome::Released => return,
+            HistoryOutcome::Claimed => obs.first_receipts += 1,
+            HistoryOutcome::LateDuplicate => obs.late_duplicates += 1,
+            HistoryOutcome::Duplicate
+            | HistoryOutcome::InFlight
+            | HistoryOutcome::Conflict
+            | HistoryOutcome::Reclaimed => {}
+        }
+        obs.deliveries += 1;
+        if outcome != HistoryOutcome::Claimed
+            && let Some(gap) = gap
+        {
+            obs.gaps.push(gap);
+        }
+    }
+
+    /// The observations, by source name, each over `period`.
+    pub fn finish(self, period: Duration) -> Vec<Observation> {
+        self.sources
+            .into_values()
+            .map(|o| Observation { period, ..o })
+            .collect()
+    }
 }
 
 /// What the advisor says of one source.

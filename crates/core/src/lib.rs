@@ -42,5 +42,5 @@ pub use key::{EventId, Fingerprint, Key, KeyError, SourceName};
 pub use memory::MemoryStore;
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
-pub use store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+pub use store::{ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep};
 pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

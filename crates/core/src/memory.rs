@@ -11,7 +11,10 @@ use crate::claim::{
 };
 use crate::key::Key;
 use crate::machine::{self, FinishStep};
-use crate::store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+use std::time::Duration;
+
+use crate::advise::{Observation, Tally};
+use crate::store::{ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep};
 use crate::time::{Clock, SystemClock};
 
 /// The in-memory store. Clones share one state.
@@ -165,6 +168,40 @@ impl Sweep for MemoryStore {
             st.records.remove(key);
         }
         Ok(expired.len() as u64)
+    }
+}
+
+impl HistoryQuery for MemoryStore {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        let since = self.clock.now().minus(period);
+        let st = self.state();
+        let mut tally = Tally::default();
+        for (key, rows) in &st.history {
+            for h in rows.iter().filter(|h| h.at >= since) {
+                tally.add(key.source.clone(), h.outcome, h.gap);
+            }
+        }
+        Ok(tally.finish(period))
+    }
+
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        let cutoff = self.clock.now().minus(retention);
+        let mut st = self.state();
+        let mut left = batch.get() as usize;
+        let mut purged = 0u64;
+        for rows in st.history.values_mut() {
+            let old = rows.iter().take_while(|h| h.at < cutoff).count().min(left);
+            rows.drain(..old);
+            left -= old;
+            purged += old as u64;
+        }
+        st.history.retain(|_, rows| !rows.is_empty());
+        st.history_rows -= purged;
+        Ok(purged)
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView};
 use crate::key::{Key, SourceName};
@@ -96,6 +97,31 @@ pub trait Sweep: Send + Sync {
     /// [`StoreError::Backend`].
     fn sweep_expired(
         &self,
+        batch: NonZeroU32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// Asking history: what the TTL advisor reads, and history's own retention.
+pub trait HistoryQuery: Send + Sync {
+    /// Every source's deliveries, gaps and late duplicates over the last `period` (by the store's
+    /// clock). `live_rows` is left at zero: [`Stats`] counts those.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn observe(
+        &self,
+        period: Duration,
+    ) -> impl Future<Output = Result<Vec<crate::advise::Observation>, StoreError>> + Send;
+
+    /// Deletes at most `batch` history rows older than `retention` (by the store's clock) and
+    /// returns how many. Dedup records are never touched. Stores that drop whole partitions
+    /// instead return 0.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn purge_history(
+        &self,
+        retention: Duration,
         batch: NonZeroU32,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

@@ -22,7 +22,7 @@ use crate::claim::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, LateDuplicates, RecordState,
 };
 use crate::key::{Fingerprint, Key};
-use crate::store::{ClaimStore, StoreError, Sweep};
+use crate::store::{ClaimStore, HistoryQuery, StoreError, Sweep};
 use crate::time::ManualClock;
 
 /// A fresh store for one case, and a way to let time pass on its clock.
@@ -140,6 +140,22 @@ macro_rules! sweep_conformance_tests {
         async fn sweep_deletes_only_expired_records_in_bounded_batches() {
             if let Some(harness) = $make.await {
                 $crate::testkit::cases::sweep_deletes_only_expired_records_in_bounded_batches(
+                    &harness,
+                )
+                .await;
+            }
+        }
+    };
+}
+
+/// Expands the history cases, for stores that implement [`HistoryQuery`].
+#[macro_export]
+macro_rules! history_conformance_tests {
+    ($make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn observe_counts_deliveries_gaps_and_late_duplicates() {
+            if let Some(harness) = $make.await {
+                $crate::testkit::cases::observe_counts_deliveries_gaps_and_late_duplicates(
                     &harness,
                 )
                 .await;
@@ -749,6 +765,50 @@ pub mod cases {
             matches!(late, ClaimOutcome::LateDuplicate { .. }),
             "{late:?}"
         );
+    }
+
+    pub async fn observe_counts_deliveries_gaps_and_late_duplicates<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: HistoryQuery,
+    {
+        let store = h.store();
+        let step = Duration::from_millis(300);
+        let a = key("observed");
+        let token = claimed(&store, ClaimRequest::new(a.clone(), SHORT_LEASE, SHORT_TTL)).await;
+        store.complete(&token).await.unwrap();
+        let b = key("observed");
+        claimed(&store, req(&b)).await;
+        store.claim(req(&b)).await.unwrap(); // in flight, gap ~0
+        h.advance(step).await;
+        store.claim(req(&a)).await.unwrap(); // duplicate, gap >= 300 ms
+        h.advance(step).await;
+        store.claim(req(&a)).await.unwrap(); // duplicate, gap >= 600 ms
+        h.advance(SHORT_TTL).await;
+        store.claim(req(&a)).await.unwrap(); // late duplicate (flagged), gap >= TTL
+        let mut all = store.observe(Duration::from_secs(3_600)).await.unwrap();
+        assert_eq!(all.len(), 1, "one source: {all:?}");
+        let obs = all.pop().unwrap();
+        assert_eq!(obs.source.as_str(), "observed");
+        assert_eq!(obs.first_receipts, 2);
+        assert_eq!(
+            obs.deliveries, 6,
+            "claims, repeats and the late duplicate; not completions"
+        );
+        assert_eq!(obs.late_duplicates, 1);
+        let mut gaps = obs.gaps.clone();
+        gaps.sort();
+        assert_eq!(gaps.len(), 4, "{gaps:?}");
+        assert!(gaps[0] < step, "{gaps:?}");
+        assert!(gaps[1] >= step && gaps[1] < step * 2, "{gaps:?}");
+        assert!(
+            gaps[2] >= step * 2 && gaps[2] < step * 2 + SHORT_TTL,
+            "{gaps:?}"
+        );
+        assert!(gaps[3] >= step * 2 + SHORT_TTL, "{gaps:?}");
+        // A period that ends before the history begins holds nothing of it.
+        let none = store.observe(Duration::from_millis(1)).await.unwrap();
+        assert!(none.iter().all(|o| o.first_receipts == 0), "{none:?}");
     }
 
     pub async fn sweep_deletes_only_expired_records_in_bounded_batches<H>(h: &H)

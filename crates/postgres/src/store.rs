@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, HistoryEntry,
-    HistoryOutcome, Key, Record, RecordState, SourceName, SourceStats, Stats, StoreError,
-    StoreStats, Sweep, Timestamp,
+    HistoryOutcome, HistoryQuery, Key, Record, RecordState, SourceName, SourceStats, Stats,
+    StoreError, StoreStats, Sweep, Timestamp,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
@@ -309,6 +310,38 @@ impl Sweep for PgStore {
             .await
             .map_err(PgError::db(CONTEXT))?;
         Ok(rows)
+    }
+}
+
+impl HistoryQuery for PgStore {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        const CONTEXT: &str = "reading history";
+        let client = self.inner.db.client().await?;
+        let rows = client
+            .query(include_str!("../sql/observe.sql"), &[&millis(period)])
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let mut tally = Tally::default();
+        for row in &rows {
+            let (source, outcome): (&str, &str) = (row.get(0), row.get(1));
+            // Only valid names and known outcomes are ever stored.
+            if let (Ok(source), Some(outcome)) =
+                (SourceName::new(source), HistoryOutcome::parse(outcome))
+            {
+                tally.add(source, outcome, row.get::<_, Option<i64>>(2).map(ms));
+            }
+        }
+        Ok(tally.finish(period))
+    }
+
+    /// History lives in monthly partitions, dropped whole past `history_retention` by
+    /// [`PgStore::maintain_partitions`]: nothing is deleted row by row here.
+    async fn purge_history(
+        &self,
+        _retention: Duration,
+        _batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        Ok(0)
     }
 }
 

@@ -21,8 +21,11 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry};
-use idemgate_core::store::{ClaimStore, SourceStats, Stats, StoreError, StoreStats, Sweep};
+use idemgate_core::store::{
+    ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep,
+};
 use idemgate_core::{
     Clock, Fingerprint, HistoryOutcome, Key, Record, RecordState, SourceName, SystemClock,
     Timestamp,
@@ -319,6 +322,47 @@ impl ClaimStore for SqliteStore {
 impl Sweep for SqliteStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         self.send(|reply| Command::Sweep(batch, reply)).await
+    }
+}
+
+impl HistoryQuery for SqliteStore {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        self.read(move |conn, now| {
+            let failed = || sql("cannot read history");
+            let mut stmt = conn
+                .prepare_cached(include_str!("../sql/observe.sql"))
+                .map_err(failed())?;
+            let mut rows = stmt
+                .query(params![now.minus(period).as_millis()])
+                .map_err(failed())?;
+            let mut tally = Tally::default();
+            while let Some(row) = rows.next().map_err(failed())? {
+                let source: String = row.get(0).map_err(failed())?;
+                let outcome: String = row.get(1).map_err(failed())?;
+                let gap: Option<i64> = row.get(2).map_err(failed())?;
+                // Only valid names and known outcomes are ever stored.
+                if let (Ok(source), Some(outcome)) =
+                    (SourceName::new(source), HistoryOutcome::parse(&outcome))
+                {
+                    tally.add(
+                        source,
+                        outcome,
+                        gap.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                    );
+                }
+            }
+            Ok(tally.finish(period))
+        })
+        .await
+    }
+
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.send(|reply| Command::PurgeHistory(retention, batch, reply))
+            .await
     }
 }
 

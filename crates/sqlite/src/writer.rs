@@ -66,6 +66,8 @@ pub(crate) enum Command {
     Complete(ClaimToken, Reply<()>),
     Release(ClaimToken, Reply<()>),
     Sweep(NonZeroU32, Reply<u64>),
+    /// Delete history older than the retention, in one bounded batch.
+    PurgeHistory(Duration, NonZeroU32, Reply<u64>),
 }
 
 /// A command's answer, held until its transaction commits.
@@ -118,10 +120,12 @@ impl Command {
                     _ => None,
                 })))
             }
-            Command::Sweep(_, tx) => drop(tx.send(pick(answer, |a| match a {
-                Answer::Count(r) => Some(r),
-                _ => None,
-            }))),
+            Command::Sweep(_, tx) | Command::PurgeHistory(_, _, tx) => {
+                drop(tx.send(pick(answer, |a| match a {
+                    Answer::Count(r) => Some(r),
+                    _ => None,
+                })))
+            }
         }
     }
 }
@@ -262,6 +266,14 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
                 .and_then(|mut s| s.execute(params![now.as_millis(), batch.get()]))
                 .map(|n| n as u64)
                 .map_err(sql("cannot delete expired records")),
+        ),
+        Command::PurgeHistory(retention, batch, _) => Answer::Count(
+            conn.prepare_cached(include_str!("../sql/purge_history.sql"))
+                .and_then(|mut s| {
+                    s.execute(params![now.minus(*retention).as_millis(), batch.get()])
+                })
+                .map(|n| n as u64)
+                .map_err(sql("cannot delete old history")),
         ),
     }
 }

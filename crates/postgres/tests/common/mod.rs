@@ -127,6 +127,22 @@ impl Sweep for TestStore {
     }
 }
 
+impl idemgate_core::HistoryQuery for TestStore {
+    async fn observe(
+        &self,
+        period: std::time::Duration,
+    ) -> Result<Vec<idemgate_core::advise::Observation>, StoreError> {
+        self.store.observe(period).await
+    }
+    async fn purge_history(
+        &self,
+        retention: std::time::Duration,
+        batch: std::num::NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.store.purge_history(retention, batch).await
+    }
+}
+
 /// The conformance harness on a fresh schema.
 pub async fn harness(expiry: Expiry) -> Option<RealTimeHarness<TestStore>> {
     Some(RealTimeHarness {
