@@ -49,11 +49,11 @@ end
 
 local gap = now - rec.first_seen
 if fp ~= '' and rec.fp ~= '' and fp ~= rec.fp then
-  history(now, 'conflict', false, rec.attempt, gap, fp, rec.expires_at)
+  history(now, 'conflict', false, rec.attempt, gap, fp, nil)
   return {'conflict', rec.first_seen, gap, rec.expires_at, -1}
 end
 if rec.state == 'p' and rec.lease_until and rec.lease_until > now then
-  history(now, 'in_flight', false, rec.attempt, gap, fp, rec.expires_at)
+  history(now, 'in_flight', false, rec.attempt, gap, fp, nil)
   return {'in_flight', rec.lease_until - now, gap, rec.expires_at, -1}
 end
 if rec.state == 'p' then
@@ -65,8 +65,8 @@ if rec.state == 'p' then
     rec.fp = fp
   end
   redis.call('SET', KEYS[1], encode(rec), 'PXAT', ms(rec.expires_at))
-  history(now, 'reclaimed', false, rec.attempt, gap, fp, rec.expires_at)
+  history(now, 'reclaimed', false, rec.attempt, gap, fp, nil)
   return {'reclaimed', rec.attempt, gap, rec.expires_at, -1}
 end
-history(now, 'duplicate', false, rec.attempt, gap, fp, rec.expires_at)
+history(now, 'duplicate', false, rec.attempt, gap, fp, nil)
 return {'duplicate', rec.first_seen, gap, rec.expires_at, -1}

@@ -63,8 +63,10 @@ local function encode(rec)
     ms(rec.first_seen) .. '|' .. lease .. '|' .. ms(rec.expires_at)
 end
 
--- Appends one history row and keeps the per-event history capped and alive for
--- max(history retention, the record's life).
+-- Appends one history row and keeps the per-event history capped. A row that creates a record
+-- passes its expires_at: the history then lives for max(history retention, the record's life).
+-- Other rows need a live record, whose history already outlives it, so they leave the expiry be
+-- (one command fewer on the duplicate path).
 -- ARGV[1] = history retention (ms), ARGV[2] = most rows kept per event.
 local function history(now, outcome, processed, attempt, gap, fp, expires_at)
   local a = ''
@@ -85,11 +87,14 @@ local function history(now, outcome, processed, attempt, gap, fp, expires_at)
   if n > cap then
     redis.call('LTRIM', KEYS[2], -cap, -1)
   end
-  local keep = now + tonumber(ARGV[1])
-  if expires_at and expires_at > keep then
-    keep = expires_at
+  -- n == 1: the list was just made (its history evicted or deleted): give it an expiry too.
+  if expires_at or n == 1 then
+    local keep = now + tonumber(ARGV[1])
+    if expires_at and expires_at > keep then
+      keep = expires_at
+    end
+    redis.call('PEXPIREAT', KEYS[2], ms(keep))
   end
-  redis.call('PEXPIREAT', KEYS[2], ms(keep))
 end
 
 -- What history says of an event whose record is absent (idemgate_core::Prior): its first receipt

@@ -22,5 +22,5 @@ end
 rec.state = 'd'
 rec.lease_until = nil
 redis.call('SET', KEYS[1], encode(rec), 'PXAT', ms(rec.expires_at))
-history(now, 'completed', true, rec.attempt, nil, rec.fp, rec.expires_at)
+history(now, 'completed', true, rec.attempt, nil, rec.fp, nil)
 return 1
