@@ -24,12 +24,14 @@ pub(crate) enum ExpiryArg {
 
 /// The store settings the flags describe, as a gateway config.
 fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
-    if let Some(path) = &args.config {
-        return Config::load(Some(path), "").map_err(|e| Usage(e.to_string()).into());
-    }
-    let mut config = Config::from_toml("").map_err(|e| Usage(e.to_string()))?;
-    match &args.postgres {
-        Some(url) => {
+    let mut config = match &args.config {
+        Some(path) => Config::load(Some(path), "").map_err(|e| Usage(e.to_string()))?,
+        None => Config::from_toml("").map_err(|e| Usage(e.to_string()))?,
+    };
+    match (&args.postgres, &args.data_dir) {
+        // A config file's store, unless a flag names another.
+        (None, None) if args.config.is_some() => {}
+        (Some(url), _) => {
             config.store.kind = StoreKind::Postgres;
             config.store.url = Some(url.clone());
             let pg = &mut config.store.postgres;
@@ -45,14 +47,17 @@ fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Co
                 pg.sweep_pause = pause;
             }
         }
-        None => config.store.path = args.data_dir.clone(),
+        (None, dir) => {
+            config.store.kind = StoreKind::Sqlite;
+            config.store.path = dir.clone().unwrap_or_else(|| "./idemgate-data".into());
+        }
     }
     Ok(config)
 }
 
 /// Opens the store the flags name. An SQLite directory without a store is refused (a typo in
 /// --data-dir should not produce an empty store that answers "nothing here").
-async fn open(
+pub(crate) async fn open(
     args: &StoreArgs,
     sweep: Option<(u32, Duration)>,
 ) -> anyhow::Result<(AnyStore, String)> {

@@ -9,7 +9,9 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::emit(format_args!($($arg)*)) };
 }
 
+mod advise;
 mod data;
+mod plot;
 mod serve;
 mod ttl;
 
@@ -69,6 +71,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Judge each source's TTL by its history: gaps between first receipt and each repeat, late
+    /// duplicates, rows live and projected, and a recommended TTL with a verdict.
+    Advise(advise::AdviseArgs),
     /// Show the dedup record and the history of one event.
     Lookup {
         #[command(flatten)]
@@ -89,11 +94,12 @@ enum Command {
 /// of a config file.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// The data directory of the embedded SQLite store.
-    #[arg(long, default_value = "./idemgate-data", env = "IDEMGATE_DATA_DIR")]
-    pub data_dir: PathBuf,
+    /// The data directory of the embedded SQLite store [default: ./idemgate-data, or the
+    /// config's store].
+    #[arg(long, env = "IDEMGATE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Work on PostgreSQL at this URL instead (postgres://user@host:port/db).
-    #[arg(long, conflicts_with = "config")]
+    #[arg(long, conflicts_with = "data_dir")]
     pub postgres: Option<String>,
     /// The PostgreSQL schema holding idemgate's tables.
     #[arg(long, default_value = "idemgate")]
@@ -198,6 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 match command {
                     Command::Serve(args) => serve::serve(args).await,
                     Command::Migrate { store } => data::migrate(&store).await,
+                    Command::Advise(args) => advise::advise(args).await,
                     Command::Sweep {
                         store,
                         batch,

@@ -31,7 +31,9 @@ const TICKS: [(f64, &str); 10] = [
 ];
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Renders the chart for each `(advice, gaps)` pair.
@@ -52,7 +54,11 @@ pub(crate) fn svg(sources: &[(Advice, Vec<Duration>)]) -> String {
         r##"<text x="{LEFT}" y="40" fill="#555">red: TTL in force; blue, dashed: documented retry window; green, dotted: recommended TTL</text>"##
     );
     if sources.is_empty() {
-        let _ = writeln!(out, r#"<text x="{LEFT}" y="{}" >no data</text>"#, TOP + 40.0);
+        let _ = writeln!(
+            out,
+            r#"<text x="{LEFT}" y="{}" >no data</text>"#,
+            TOP + 40.0
+        );
     }
     for (i, (advice, gaps)) in sources.iter().enumerate() {
         panel(&mut out, TOP + PANEL * i as f64, advice, gaps);
@@ -129,7 +135,13 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
         LEFT - 45.0,
         (top + bottom) / 2.0
     );
-    let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{peak}</text><text x="{:.1}" y="{bottom}" text-anchor="end">0</text>"#, LEFT - 6.0, top + 4.0, LEFT - 6.0);
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{peak}</text><text x="{:.1}" y="{bottom}" text-anchor="end">0</text>"#,
+        LEFT - 6.0,
+        top + 4.0,
+        LEFT - 6.0
+    );
     // Bars.
     let bar_w = plot_w / BINS as f64;
     for (i, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
@@ -145,8 +157,20 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
     // The lines.
     for (id, secs, colour, dash, label) in [
         ("ttl", a.ttl, "#d62728", "", format!("TTL {}", Human(a.ttl))),
-        ("retry-window", a.retry_window, "#1f77b4", r#" stroke-dasharray="6 4""#, format!("retry window {}", Human(a.retry_window))),
-        ("recommended", a.recommended_ttl, "#2ca02c", r#" stroke-dasharray="2 3""#, format!("recommended {}", Human(a.recommended_ttl))),
+        (
+            "retry-window",
+            a.retry_window,
+            "#1f77b4",
+            r#" stroke-dasharray="6 4""#,
+            format!("retry window {}", Human(a.retry_window)),
+        ),
+        (
+            "recommended",
+            a.recommended_ttl,
+            "#2ca02c",
+            r#" stroke-dasharray="2 3""#,
+            format!("recommended {}", Human(a.recommended_ttl)),
+        ),
     ] {
         let lx = x(secs.as_secs_f64());
         let _ = writeln!(

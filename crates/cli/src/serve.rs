@@ -21,7 +21,7 @@ pub(crate) struct ServeArgs {
 
 /// What runs without a config file: SQLite in ./idemgate-data and one source that takes
 /// unsigned JSON from holders of the demo token.
-const DEMO: &str = r#"
+pub(crate) const DEMO: &str = r#"
 api_tokens = ["demo-token-change-me"]
 
 [[source]]

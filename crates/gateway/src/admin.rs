@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use idemgate_core::HistoryQuery;
 use idemgate_core::sweep::SweepOptions;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -69,6 +70,50 @@ pub(crate) async fn not_found() -> Response {
     );
     headers.insert(OUTCOME, HeaderValue::from_static("not-found"));
     response
+}
+
+/// History retention, on its own schedule: every `every`, history rows older than `retention`
+/// go in bounded batches with a pause between them (PostgreSQL drops whole months in its sweep
+/// runs instead). Live dedup records are never touched.
+pub(crate) fn spawn_history_retention(
+    state: &AppState,
+    retention: Duration,
+    every: Duration,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    const BATCH: std::num::NonZeroU32 = std::num::NonZeroU32::new(5_000).expect("non-zero");
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let started = Instant::now();
+            let mut rows = 0u64;
+            loop {
+                match state.store.purge_history(retention, BATCH).await {
+                    Ok(0) => break,
+                    Ok(n) => rows += n,
+                    Err(e) => {
+                        tracing::warn!(error = %ErrorChain(&e), "history retention run failed");
+                        break;
+                    }
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+            if rows > 0 {
+                tracing::info!(
+                    rows,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "history retention run"
+                );
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    })
 }
 
 /// The background sweeper: a run now and every `every`, each logged with its rows and time and

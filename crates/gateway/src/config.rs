@@ -97,6 +97,13 @@ pub struct StoreConfig {
     /// How often expired dedup records are swept.
     #[serde(default = "default_sweep_interval", with = "human")]
     pub sweep_interval: Duration,
+    /// How long history is kept (PostgreSQL drops whole months past it; SQLite deletes in
+    /// bounded batches). Never touches live dedup records.
+    #[serde(default = "default_history_retention", with = "human")]
+    pub history_retention: Duration,
+    /// How often history past its retention is removed.
+    #[serde(default = "default_history_interval", with = "human")]
+    pub history_interval: Duration,
 }
 
 impl Default for StoreConfig {
@@ -107,6 +114,8 @@ impl Default for StoreConfig {
             url: None,
             postgres: PostgresConfig::default(),
             sweep_interval: default_sweep_interval(),
+            history_retention: default_history_retention(),
+            history_interval: default_history_interval(),
         }
     }
 }
@@ -117,6 +126,10 @@ fn default_path() -> PathBuf {
 
 fn default_sweep_interval() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_history_interval() -> Duration {
+    Duration::from_secs(3_600)
 }
 
 /// How dedup records expire in PostgreSQL.
@@ -154,9 +167,6 @@ pub struct PostgresConfig {
     /// Width of a dedup partition (`partitioned` expiry); must divide a day evenly.
     #[serde(default = "default_partition_width", with = "human")]
     pub partition_width: Duration,
-    /// How long history is kept.
-    #[serde(default = "default_history_retention", with = "human")]
-    pub history_retention: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -170,7 +180,6 @@ impl Default for PostgresConfig {
             sweep_batch: default_sweep_batch(),
             sweep_pause: default_sweep_pause(),
             partition_width: default_partition_width(),
-            history_retention: default_history_retention(),
         }
     }
 }

@@ -457,6 +457,12 @@ pub async fn serve(
     let state = AppState::new(config, store)?;
     let cancel = CancellationToken::new();
     let sweeper = admin::spawn_sweeper(&state, config.store.sweep_interval, cancel.clone());
+    let retention = admin::spawn_history_retention(
+        &state,
+        config.store.history_retention,
+        config.store.history_interval,
+        cancel.clone(),
+    );
     let result = accept_loop(
         listener,
         app(state.clone()),
@@ -475,6 +481,7 @@ pub async fn serve(
     }
     cancel.cancel();
     let _ = sweeper.await;
+    let _ = retention.await;
     tracing::info!("stopped");
     result
 }

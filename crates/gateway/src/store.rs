@@ -4,7 +4,8 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use idemgate_core::store::{ClaimStore, Stats, StoreError, StoreStats, Sweep};
+use idemgate_core::advise::Observation;
+use idemgate_core::store::{ClaimStore, HistoryQuery, Stats, StoreError, StoreStats, Sweep};
 use idemgate_core::sweep::{self, SweepOptions, SweepReport};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Key, MemoryStore};
 use tokio_util::sync::CancellationToken;
@@ -163,7 +164,7 @@ pub fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     pg.pool_size = nz(p.pool_size, 16);
     pg.batch_max = nz(p.batch_max, 256);
     pg.batch_linger = p.batch_linger;
-    pg.history_retention = p.history_retention;
+    pg.history_retention = config.store.history_retention;
     pg.expiry = match p.expiry {
         ExpiryMode::Batched => idemgate_postgres::Expiry::Batched {
             batch: NonZeroU32::new(p.sweep_batch).unwrap_or(NonZeroU32::MIN),
@@ -200,5 +201,18 @@ impl Stats for AnyStore {
 impl Sweep for AnyStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         each!(self, s => s.sweep_expired(batch).await)
+    }
+}
+
+impl HistoryQuery for AnyStore {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        each!(self, s => s.observe(period).await)
+    }
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        each!(self, s => s.purge_history(retention, batch).await)
     }
 }
