@@ -16,7 +16,7 @@
 //!   record before the release cannot cache it after), then the inner store deletes the record.
 //!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
 //!   never cacheable); a done one is refused, since its cached answer could outlive the release.
-//! - **lookup**, [`Sweep`], [`Stats`]: the inner store.
+//! - **lookup**, [`Sweep`], [`Stats`], [`HistoryQuery`]: the inner store.
 //!
 //! Why eviction, `FLUSHALL` or a restart can only cost a round trip: a claim is never decided by
 //! Redis alone. A missing entry means "ask SQL", and SQL's answer is the one the caller gets.
@@ -36,6 +36,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use idemgate_core::advise::Observation;
+use idemgate_core::store::HistoryQuery;
 use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, Key, RecordState,
     Stats, StoreError, StoreStats, Sweep, Timestamp,
@@ -376,6 +378,20 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
 impl<S: ClaimStore + Sweep> Sweep for TieredStore<S> {
     async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
         self.inner.sweep_expired(batch).await
+    }
+}
+
+impl<S: ClaimStore + HistoryQuery> HistoryQuery for TieredStore<S> {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        self.inner.observe(period).await
+    }
+
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: std::num::NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.inner.purge_history(retention, batch).await
     }
 }
 
