@@ -12,7 +12,7 @@ const WIDTH: f64 = 860.0;
 const PANEL: f64 = 280.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 30.0;
-const TOP: f64 = 50.0;
+const TOP: f64 = 70.0;
 const PLOT_H: f64 = 170.0;
 const BINS: usize = 40;
 
@@ -91,17 +91,18 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
     let p = |d: Option<Duration>| d.map_or_else(|| "-".to_owned(), |d| Human(d).to_string());
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="{}" font-size="14" font-weight="bold">{} — {} deliveries, {} repeats, {} late; p50 {} p90 {} p99 {} max {}; verdict: {}</text>"#,
-        y0 + 18.0,
+        r##"<text x="{LEFT}" y="{}" font-size="14"><tspan font-weight="bold">{}</tspan>: {} deliveries, {} repeats, {} late duplicates; verdict: {}</text><text x="{LEFT}" y="{}" fill="#555">gap p50 {} | p90 {} | p99 {} | max {}</text>"##,
+        y0 + 4.0,
         escape(a.source.as_str()),
         a.deliveries,
         a.duplicates,
         a.late_duplicates,
+        escape(&a.verdict.to_string()),
+        y0 + 20.0,
         p(a.p50),
         p(a.p90),
         p(a.p99),
         p(a.max),
-        escape(&a.verdict.to_string()),
     );
     // Axes.
     let _ = writeln!(
@@ -154,14 +155,22 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
             (bar_w - 2.0).max(1.0)
         );
     }
-    // The lines.
-    for (id, secs, colour, dash, label) in [
-        ("ttl", a.ttl, "#d62728", "", format!("TTL {}", Human(a.ttl))),
+    // The lines. Labels sit left of their line, the recommendation's right of it, so equal TTLs stay legible.
+    for (id, secs, colour, dash, shift, label) in [
+        (
+            "ttl",
+            a.ttl,
+            "#d62728",
+            "",
+            -4.0,
+            format!("TTL {}", Human(a.ttl)),
+        ),
         (
             "retry-window",
             a.retry_window,
             "#1f77b4",
             r#" stroke-dasharray="6 4""#,
+            -4.0,
             format!("retry window {}", Human(a.retry_window)),
         ),
         (
@@ -169,6 +178,7 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
             a.recommended_ttl,
             "#2ca02c",
             r#" stroke-dasharray="2 3""#,
+            14.0,
             format!("recommended {}", Human(a.recommended_ttl)),
         ),
     ] {
@@ -177,9 +187,9 @@ fn panel(out: &mut String, y0: f64, a: &Advice, gaps: &[Duration]) {
             out,
             r#"<line id="{}-{id}" x1="{lx:.1}" y1="{top}" x2="{lx:.1}" y2="{bottom}" stroke="{colour}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}" fill="{colour}" text-anchor="end" transform="rotate(-90 {:.1} {:.1})">{}</text>"#,
             escape(a.source.as_str()),
-            lx - 4.0,
+            lx + shift,
             top + 4.0,
-            lx - 4.0,
+            lx + shift,
             top + 4.0,
             escape(&label)
         );

@@ -59,7 +59,8 @@ impl SourceName {
 
 impl fmt::Display for SourceName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        // `pad`, so width and alignment flags work in tables.
+        f.pad(&self.0)
     }
 }
 
@@ -120,7 +121,8 @@ impl EventId {
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        // `pad`, so width and alignment flags work in tables.
+        f.pad(&self.0)
     }
 }
 
