@@ -32,7 +32,21 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Response, A
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let rows = state.row_counts().await;
-    let mut response = state.metrics.render(rows).into_response();
+    let mut text = state.metrics.render(rows);
+    #[cfg(feature = "redis")]
+    if let Some(c) = state.store.tier_counters() {
+        use std::fmt::Write;
+        text.push_str("# HELP idemgate_redis_tier_total Claims the Redis tier answered (hit), passed to the store (miss), failed on (error) or skipped while Redis was failing (bypassed).\n# TYPE idemgate_redis_tier_total counter\n");
+        for (result, n) in [
+            ("hit", c.hits),
+            ("miss", c.misses),
+            ("error", c.errors),
+            ("bypassed", c.bypassed),
+        ] {
+            let _ = writeln!(text, "idemgate_redis_tier_total{{result=\"{result}\"}} {n}");
+        }
+    }
+    let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -79,6 +79,41 @@ pub enum StoreKind {
     #[default]
     Sqlite,
     Postgres,
+    /// Redis (standalone or Cluster) as the only store, for scale-out; history is best-effort.
+    Redis,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+            Self::Redis => "redis",
+        }
+    }
+}
+
+/// `[store.redis]`: with `kind = "redis"` the store itself; with another kind, a tier in front of
+/// it that answers known duplicates from Redis (a Redis that forgets can only cost a round trip).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    /// A standalone server, `redis://host:port`.
+    pub url: Option<String>,
+    /// Or the seed nodes of a Redis Cluster.
+    #[serde(default)]
+    pub cluster_nodes: Vec<String>,
+    /// Prefix of every key idemgate writes.
+    #[serde(default = "default_redis_prefix")]
+    pub key_prefix: String,
+    /// Store mode: run even under an evicting `maxmemory-policy` (an evicted record lets a
+    /// duplicate through).
+    #[serde(default)]
+    pub allow_eviction: bool,
+}
+
+fn default_redis_prefix() -> String {
+    "idemgate:".to_owned()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -94,6 +129,8 @@ pub struct StoreConfig {
     /// PostgreSQL tuning and expiry.
     #[serde(default)]
     pub postgres: PostgresConfig,
+    /// Redis: the store (`kind = "redis"`) or a tier in front of the SQL store.
+    pub redis: Option<RedisSection>,
     /// How often expired dedup records are swept.
     #[serde(default = "default_sweep_interval", with = "human")]
     pub sweep_interval: Duration,
@@ -113,6 +150,7 @@ impl Default for StoreConfig {
             path: default_path(),
             url: None,
             postgres: PostgresConfig::default(),
+            redis: None,
             sweep_interval: default_sweep_interval(),
             history_retention: default_history_retention(),
             history_interval: default_history_interval(),
@@ -506,6 +544,20 @@ impl Config {
                     name: source.name.clone(),
                 });
             }
+        }
+        if let Some(redis) = &self.store.redis
+            && redis.url.is_some() != redis.cluster_nodes.is_empty()
+        {
+            return Err(ConfigError::Global {
+                key: "store.redis.url",
+                why: "set url (standalone) or cluster_nodes (Cluster), one of the two".into(),
+            });
+        }
+        if self.store.kind == StoreKind::Redis && self.store.redis.is_none() {
+            return Err(ConfigError::Global {
+                key: "store.redis",
+                why: "required when store.kind = \"redis\"".into(),
+            });
         }
         if self.store.kind == StoreKind::Postgres && self.store.url.is_none() {
             return Err(ConfigError::Global {

@@ -1,5 +1,6 @@
-//! The store the gateway runs on, chosen at start: one enum over the engines, so handlers stay
-//! generic-free and each engine keeps its own crate.
+//! The store the gateway runs on, chosen at start: an [`Engine`] (one enum over the engines, so
+//! handlers stay generic-free and each engine keeps its own crate), optionally behind a Redis tier
+//! that answers known duplicates without touching SQL.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -14,24 +15,54 @@ use crate::config::{Config, StoreKind};
 
 /// One of the engines.
 #[derive(Debug, Clone)]
-pub enum AnyStore {
+pub enum Engine {
     /// In memory: for tests and trying things out; nothing survives the process.
     Memory(MemoryStore),
     #[cfg(feature = "sqlite")]
     Sqlite(idemgate_sqlite::SqliteStore),
     #[cfg(feature = "postgres")]
     Postgres(idemgate_postgres::PgStore),
+    #[cfg(feature = "redis")]
+    Redis(idemgate_redis::RedisStore),
+}
+
+/// The store the gateway uses: an engine, or an engine behind a Redis tier.
+#[derive(Debug, Clone)]
+pub enum AnyStore {
+    Plain(Engine),
+    #[cfg(feature = "redis")]
+    Tiered(idemgate_redis::TieredStore<Engine>),
+}
+
+impl AnyStore {
+    /// An in-memory store.
+    pub fn memory() -> Self {
+        Self::Plain(Engine::Memory(MemoryStore::new()))
+    }
 }
 
 /// Calls the same method on whichever engine this is.
 macro_rules! each {
     ($self:expr, $s:ident => $body:expr) => {
         match $self {
-            AnyStore::Memory($s) => $body,
+            Engine::Memory($s) => $body,
             #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite($s) => $body,
+            Engine::Sqlite($s) => $body,
             #[cfg(feature = "postgres")]
-            AnyStore::Postgres($s) => $body,
+            Engine::Postgres($s) => $body,
+            #[cfg(feature = "redis")]
+            Engine::Redis($s) => $body,
+        }
+    };
+}
+
+/// Calls the same method on the plain or the tiered store.
+macro_rules! either {
+    ($self:expr, $s:ident => $body:expr) => {
+        match $self {
+            AnyStore::Plain($s) => $body,
+            #[cfg(feature = "redis")]
+            AnyStore::Tiered($s) => $body,
         }
     };
 }
@@ -48,6 +79,11 @@ pub enum OpenError {
     #[cfg(feature = "postgres")]
     #[error("cannot open the PostgreSQL store")]
     Postgres(#[source] idemgate_postgres::PgError),
+    #[cfg(feature = "redis")]
+    #[error("cannot open the Redis store")]
+    Redis(#[source] idemgate_redis::RedisError),
+    #[error("{key}: {why}")]
+    Config { key: &'static str, why: String },
     #[error("store.kind = {kind:?} needs the {feature:?} feature, which this build lacks")]
     NotBuilt {
         kind: &'static str,
@@ -56,64 +92,63 @@ pub enum OpenError {
 }
 
 impl AnyStore {
-    /// Opens the store `config.store` describes (migrating it if needed).
+    /// Opens the store `config.store` describes (migrating it if needed), behind a Redis tier when
+    /// `[store.redis]` is set and the kind is not `redis`.
     ///
     /// # Errors
     /// [`OpenError`] naming the store.
     pub async fn open(config: &Config) -> Result<Self, OpenError> {
-        match config.store.kind {
-            #[cfg(feature = "sqlite")]
-            StoreKind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.store.path)
-                .map(Self::Sqlite)
-                .map_err(|source| OpenError::Sqlite {
-                    path: config.store.path.display().to_string(),
-                    source,
-                }),
-            #[cfg(not(feature = "sqlite"))]
-            StoreKind::Sqlite => Err(OpenError::NotBuilt {
-                kind: "sqlite",
-                feature: "sqlite",
-            }),
-            #[cfg(feature = "postgres")]
-            StoreKind::Postgres => {
-                let pg = pg_config(config);
-                idemgate_postgres::PgStore::connect(pg)
-                    .await
-                    .map(Self::Postgres)
-                    .map_err(OpenError::Postgres)
+        let engine = Engine::open(config).await?;
+        match (&config.store.redis, config.store.kind) {
+            #[cfg(feature = "redis")]
+            (Some(redis), kind) if kind != StoreKind::Redis => {
+                let tier = redis.tier_config()?;
+                idemgate_redis::TieredStore::new(engine, tier)
+                    .map(Self::Tiered)
+                    .map_err(OpenError::Redis)
             }
-            #[cfg(not(feature = "postgres"))]
-            StoreKind::Postgres => Err(OpenError::NotBuilt {
-                kind: "postgres",
-                feature: "postgres",
-            }),
+            _ => Ok(Self::Plain(engine)),
         }
     }
 
-    /// The engine's name, for logs and `/healthz`.
+    /// The engine's name, for logs and `/healthz` (`sqlite+redis` behind a tier).
     pub fn engine(&self) -> &'static str {
         match self {
-            Self::Memory(_) => "memory",
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => "sqlite",
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => "postgres",
+            Self::Plain(e) => e.name(),
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => match t.inner() {
+                Engine::Memory(_) => "memory+redis",
+                #[cfg(feature = "sqlite")]
+                Engine::Sqlite(_) => "sqlite+redis",
+                #[cfg(feature = "postgres")]
+                Engine::Postgres(_) => "postgres+redis",
+                Engine::Redis(_) => "redis+redis",
+            },
         }
     }
 
-    /// A real round trip to the store: a lookup of a key no sender can use.
+    /// The Redis tier's hits, misses, errors and bypasses, when there is a tier.
+    #[cfg(feature = "redis")]
+    pub fn tier_counters(&self) -> Option<idemgate_redis::TierCounters> {
+        match self {
+            Self::Tiered(t) => Some(t.counters()),
+            Self::Plain(_) => None,
+        }
+    }
+
+    /// A real round trip to the store of record: a lookup of a key no sender can use.
     ///
     /// # Errors
     /// The store's error.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let key = Key::parse("idemgate.health", "ping").expect("a valid key");
-        self.lookup(&key).await.map(drop)
+        either!(self, s => s.lookup(&key).await.map(drop))
     }
 
     /// One sweep run: expired records deleted in bounded batches until a batch deletes nothing
     /// (PostgreSQL uses its own configured batch and pause, and also creates and drops
-    /// partitions). `on_batch` hears each batch's row count; `cancel` stops the run between
-    /// batches.
+    /// partitions; Redis expires keys itself). `on_batch` hears each batch's row count; `cancel`
+    /// stops the run between batches.
     ///
     /// # Errors
     /// The store's error; batches before it stay deleted.
@@ -123,8 +158,13 @@ impl AnyStore {
         cancel: &CancellationToken,
         on_batch: impl FnMut(u64),
     ) -> Result<SweepReport, StoreError> {
+        let engine = match self {
+            Self::Plain(e) => e,
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => t.inner(),
+        };
         #[cfg(feature = "postgres")]
-        if let Self::Postgres(pg) = self {
+        if let Engine::Postgres(pg) = engine {
             return pg
                 .sweep_run(cancel, on_batch)
                 .await
@@ -145,7 +185,61 @@ impl AnyStore {
                 }
             }
         };
-        sweep::run(self, opts, pause, on_batch).await
+        sweep::run(engine, opts, pause, on_batch).await
+    }
+}
+
+impl Engine {
+    async fn open(config: &Config) -> Result<Self, OpenError> {
+        match config.store.kind {
+            #[cfg(feature = "sqlite")]
+            StoreKind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.store.path)
+                .map(Self::Sqlite)
+                .map_err(|source| OpenError::Sqlite {
+                    path: config.store.path.display().to_string(),
+                    source,
+                }),
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => idemgate_postgres::PgStore::connect(pg_config(config))
+                .await
+                .map(Self::Postgres)
+                .map_err(OpenError::Postgres),
+            #[cfg(feature = "redis")]
+            StoreKind::Redis => {
+                let redis = config.store.redis.as_ref().ok_or(OpenError::Config {
+                    key: "store.redis",
+                    why: "required when store.kind = \"redis\"".into(),
+                })?;
+                idemgate_redis::RedisStore::connect(redis.store_config()?)
+                    .await
+                    .map(Self::Redis)
+                    .map_err(OpenError::Redis)
+            }
+            #[allow(unreachable_patterns)]
+            kind => Err(OpenError::NotBuilt {
+                kind: kind.name(),
+                feature: kind.name(),
+            }),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "memory",
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => "postgres",
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => "redis",
+        }
+    }
+
+    fn unsupported(&self, what: &str) -> StoreError {
+        StoreError::backend(
+            format!("{what} is not available on the {} store", self.name()),
+            "unsupported",
+        )
     }
 }
 
@@ -177,7 +271,7 @@ pub fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     pg
 }
 
-impl ClaimStore for AnyStore {
+impl ClaimStore for Engine {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         each!(self, s => s.claim(req).await)
     }
@@ -192,27 +286,142 @@ impl ClaimStore for AnyStore {
     }
 }
 
-impl Stats for AnyStore {
+impl Stats for Engine {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        each!(self, s => s.stats().await)
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(self.unsupported("counting records")),
+            Self::Memory(s) => s.stats().await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.stats().await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.stats().await,
+        }
     }
 }
 
-impl Sweep for AnyStore {
+impl Sweep for Engine {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        each!(self, s => s.sweep_expired(batch).await)
+        match self {
+            // Redis expires its keys itself.
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(0),
+            Self::Memory(s) => s.sweep_expired(batch).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.sweep_expired(batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.sweep_expired(batch).await,
+        }
     }
 }
 
-impl HistoryQuery for AnyStore {
+impl HistoryQuery for Engine {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        each!(self, s => s.observe(period).await)
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(self.unsupported("the TTL advisor")),
+            Self::Memory(s) => s.observe(period).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.observe(period).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.observe(period).await,
+        }
     }
     async fn purge_history(
         &self,
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        each!(self, s => s.purge_history(retention, batch).await)
+        match self {
+            // Redis history expires with its keys and streams are capped.
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(0),
+            Self::Memory(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.purge_history(retention, batch).await,
+        }
+    }
+}
+
+impl ClaimStore for AnyStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        either!(self, s => s.claim(req).await)
+    }
+    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        either!(self, s => s.complete(token).await)
+    }
+    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
+        either!(self, s => s.release(token).await)
+    }
+    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
+        either!(self, s => s.lookup(key).await)
+    }
+}
+
+impl Stats for AnyStore {
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        either!(self, s => s.stats().await)
+    }
+}
+
+impl Sweep for AnyStore {
+    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        either!(self, s => s.sweep_expired(batch).await)
+    }
+}
+
+impl HistoryQuery for AnyStore {
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        either!(self, s => s.observe(period).await)
+    }
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        either!(self, s => s.purge_history(retention, batch).await)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl crate::config::RedisSection {
+    fn target(&self) -> idemgate_redis::Target {
+        match &self.url {
+            Some(url) => idemgate_redis::Target::Standalone(url.clone()),
+            None => idemgate_redis::Target::Cluster(self.cluster_nodes.clone()),
+        }
+    }
+
+    /// The tier's settings (`[store.redis]` beside an SQL store).
+    ///
+    /// # Errors
+    /// [`OpenError::Config`] naming the key.
+    pub fn tier_config(&self) -> Result<idemgate_redis::TierConfig, OpenError> {
+        let mut cfg = idemgate_redis::TierConfig::new("");
+        cfg.target = self.target();
+        cfg.key_prefix = self.key_prefix.clone();
+        cfg.validate().map_err(|e| OpenError::Config {
+            key: "store.redis",
+            why: e.to_string(),
+        })?;
+        Ok(cfg)
+    }
+
+    /// The store's settings (`kind = "redis"`).
+    ///
+    /// # Errors
+    /// [`OpenError::Config`] naming the key.
+    pub fn store_config(&self) -> Result<idemgate_redis::RedisConfig, OpenError> {
+        let mut cfg = idemgate_redis::RedisConfig::new("");
+        cfg.target = self.target();
+        cfg.key_prefix = self.key_prefix.clone();
+        cfg.allow_eviction = self.allow_eviction;
+        cfg.validate().map_err(|e| OpenError::Config {
+            key: "store.redis",
+            why: e.to_string(),
+        })?;
+        Ok(cfg)
     }
 }

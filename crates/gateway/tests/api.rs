@@ -461,7 +461,7 @@ fn config_errors_name_the_key() {
         "[[source]]\nname = \"sv\"\nprovider = \"svix\"\nsecrets = [\"not-whsec\"]\n",
     )
     .unwrap();
-    let store = idemgate_gateway::AnyStore::Memory(Default::default());
+    let store = idemgate_gateway::AnyStore::memory();
     let err = idemgate_gateway::AppState::new(&config, store)
         .unwrap_err()
         .to_string();
