@@ -84,6 +84,7 @@ fn describe(config: &Config) -> String {
     match config.store.kind {
         StoreKind::Sqlite => format!("the SQLite store in {}", config.store.path.display()),
         StoreKind::Postgres => format!("PostgreSQL schema {:?}", config.store.postgres.schema),
+        StoreKind::Redis => "the Redis store".to_owned(),
     }
 }
 
@@ -113,6 +114,7 @@ pub(crate) async fn migrate(args: &StoreArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        StoreKind::Redis => outln!("{name} has no schema to migrate"),
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             config.store.path.display()
         ),
         idemgate_gateway::config::StoreKind::Postgres => "PostgreSQL".to_owned(),
+        idemgate_gateway::config::StoreKind::Redis => "Redis".to_owned(),
     };
     if args.config.is_none() {
         println!("idemgate on http://{addr} with {store} and one demo source (no --config given).");
