@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
+use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key, LateDuplicates};
 use idemgate_postgres::{PgConfig, PgStore};
 use tokio_postgres::NoTls;
 
@@ -63,7 +63,13 @@ async fn reset(client: &tokio_postgres::Client, schema: &str) {
 }
 
 /// `callers` tasks claim distinct keys through one `PgStore` for `secs`.
-async fn run_idemgate(store: &PgStore, callers: usize, secs: Duration, run: usize) -> Figures {
+async fn run_idemgate(
+    store: &PgStore,
+    callers: usize,
+    secs: Duration,
+    run: usize,
+    late: LateDuplicates,
+) -> Figures {
     let started = Instant::now();
     let deadline = started + secs;
     let tasks: Vec<_> = (0..callers)
@@ -79,7 +85,8 @@ async fn run_idemgate(store: &PgStore, callers: usize, secs: Duration, run: usiz
                         key,
                         Duration::from_secs(60),
                         Duration::from_secs(7 * 86_400),
-                    );
+                    )
+                    .late_duplicates(late);
                     let t = Instant::now();
                     let outcome = store.claim(req).await.expect("claim");
                     lat.push(t.elapsed());
@@ -209,7 +216,7 @@ async fn main() {
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let store_ref = Arc::new(store);
     for (run, callers) in CALLERS.into_iter().enumerate() {
-        let ours = run_idemgate(&store_ref, callers, secs, run).await;
+        let ours = run_idemgate(&store_ref, callers, secs, run, LateDuplicates::Flag).await;
         // Each fast-path batch stamps its history rows with one received_at.
         let per_batch: f64 = admin
             .query_one(
@@ -234,6 +241,36 @@ async fn main() {
             ours.per_sec / plain.per_sec
         );
     }
+    // What the late-duplicate lookup costs the first-claim path: the same load with the policy
+    // off and on (flag), alternated, at 16 callers.
+    let mut off = Vec::new();
+    let mut flag = Vec::new();
+    for round in 0..4 {
+        let run = 100 + round;
+        if round % 2 == 0 {
+            off.push(
+                run_idemgate(&store_ref, 16, secs, run, LateDuplicates::Off)
+                    .await
+                    .per_sec,
+            );
+        } else {
+            flag.push(
+                run_idemgate(&store_ref, 16, secs, run, LateDuplicates::Flag)
+                    .await
+                    .per_sec,
+            );
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!();
+    println!("| 16 callers | late_duplicates = off | late_duplicates = flag | cost |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| claims/s | {:.0} | {:.0} | {:.1}% |",
+        mean(&off),
+        mean(&flag),
+        (1.0 - mean(&flag) / mean(&off)) * 100.0
+    );
     drop(store_ref);
     reset(&admin, PLAIN_SCHEMA).await;
     reset(&admin, STORE_SCHEMA).await;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
+use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key, LateDuplicates};
 use idemgate_sqlite::SqliteStore;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -27,7 +27,12 @@ fn share(iters: u64, callers: u64, i: u64) -> u64 {
     iters / callers + u64::from(i < iters % callers)
 }
 
-async fn idemgate_claims(store: &SqliteStore, callers: u64, iters: u64) -> Duration {
+async fn idemgate_claims(
+    store: &SqliteStore,
+    callers: u64,
+    iters: u64,
+    late: LateDuplicates,
+) -> Duration {
     let start = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|i| {
@@ -39,7 +44,8 @@ async fn idemgate_claims(store: &SqliteStore, callers: u64, iters: u64) -> Durat
                         key,
                         Duration::from_secs(60),
                         Duration::from_secs(7 * 86_400),
-                    );
+                    )
+                    .late_duplicates(late);
                     let outcome = store.claim(req).await.expect("claim");
                     assert!(matches!(outcome, ClaimOutcome::Claimed { .. }));
                 }
@@ -117,7 +123,9 @@ fn claims(c: &mut Criterion) {
         );
         let before = store.writer_stats();
         group.bench_with_input(BenchmarkId::new("idemgate", callers), &callers, |b, &n| {
-            b.iter_custom(|iters| rt.block_on(idemgate_claims(&store, n, iters)));
+            b.iter_custom(|iters| {
+                rt.block_on(idemgate_claims(&store, n, iters, LateDuplicates::Flag))
+            });
         });
         let after = store.writer_stats();
         println!(
@@ -127,6 +135,16 @@ fn claims(c: &mut Criterion) {
             after.largest_batch
         );
     }
+    // The late-duplicate lookup's cost on the first-claim path: the same load with it off.
+    group.bench_with_input(
+        BenchmarkId::new("idemgate_late_off", 16),
+        &16u64,
+        |b, &n| {
+            b.iter_custom(|iters| {
+                rt.block_on(idemgate_claims(&store, n, iters, LateDuplicates::Off))
+            });
+        },
+    );
     group.finish();
 }
 
