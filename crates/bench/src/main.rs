@@ -3,6 +3,8 @@
 //! Each scenario prints a markdown table and cleans up what it creates. Databases come from flags
 //! or `IDEMGATE_TEST_POSTGRES`.
 
+mod chart;
+mod claims;
 mod gateway;
 mod report;
 
@@ -17,6 +19,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Scenario {
+    /// Durable claims/s and p50/p99/p999 at 1, 16 and 64 callers: idemgate-sqlite,
+    /// idemgate-postgres (batched and partitioned) and the plain statement, same run.
+    Claims(claims::Args),
     /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve`, beside the
     /// raw claim throughput of the same store.
     Gateway(gateway::Args),
@@ -30,6 +35,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         match cli.scenario {
             Scenario::Gateway(args) => gateway::run(args).await,
+            Scenario::Claims(args) => claims::run(args).await,
         }
     })
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 pub struct Latency {
     pub p50: Duration,
     pub p99: Duration,
+    pub p999: Duration,
     pub max: Duration,
 }
 
@@ -25,6 +26,7 @@ impl Latency {
         Self {
             p50: at(0.50),
             p99: at(0.99),
+            p999: at(0.999),
             max: samples.last().copied().unwrap_or_default(),
         }
     }

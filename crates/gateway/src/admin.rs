@@ -32,6 +32,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Response, A
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let rows = state.row_counts().await;
+    #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
     let mut text = state.metrics.render(rows);
     #[cfg(feature = "redis")]
     if let Some(c) = state.store.tier_counters() {

@@ -11,7 +11,11 @@ use idemgate_core::sweep::{self, SweepOptions, SweepReport};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Key, MemoryStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, StoreKind};
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(unused_imports)
+)]
+use crate::config::{Config, StoreKind as Kind};
 
 /// One of the engines.
 #[derive(Debug, Clone)]
@@ -101,7 +105,7 @@ impl AnyStore {
         let engine = Engine::open(config).await?;
         match (&config.store.redis, config.store.kind) {
             #[cfg(feature = "redis")]
-            (Some(redis), kind) if kind != StoreKind::Redis => {
+            (Some(redis), kind) if kind != Kind::Redis => {
                 let tier = redis.tier_config()?;
                 idemgate_redis::TieredStore::new(engine, tier)
                     .map(Self::Tiered)
@@ -193,19 +197,19 @@ impl Engine {
     async fn open(config: &Config) -> Result<Self, OpenError> {
         match config.store.kind {
             #[cfg(feature = "sqlite")]
-            StoreKind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.store.path)
+            Kind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.store.path)
                 .map(Self::Sqlite)
                 .map_err(|source| OpenError::Sqlite {
                     path: config.store.path.display().to_string(),
                     source,
                 }),
             #[cfg(feature = "postgres")]
-            StoreKind::Postgres => idemgate_postgres::PgStore::connect(pg_config(config))
+            Kind::Postgres => idemgate_postgres::PgStore::connect(pg_config(config))
                 .await
                 .map(Self::Postgres)
                 .map_err(OpenError::Postgres),
             #[cfg(feature = "redis")]
-            StoreKind::Redis => {
+            Kind::Redis => {
                 let redis = config.store.redis.as_ref().ok_or(OpenError::Config {
                     key: "store.redis",
                     why: "required when store.kind = \"redis\"".into(),
@@ -235,6 +239,7 @@ impl Engine {
         }
     }
 
+    #[cfg(feature = "redis")]
     fn unsupported(&self, what: &str) -> StoreError {
         StoreError::backend(
             format!("{what} is not available on the {} store", self.name()),
