@@ -11,9 +11,7 @@ use std::time::SystemTime;
 use http::{HeaderMap, HeaderName};
 
 use crate::error::VerifyError;
-use crate::util::{
-    Keyed, header, hex_decode, hex_encode, malformed, parse_unix_seconds, require_match,
-};
+use crate::util::{Keyed, TaggedList, hex_encode};
 
 /// The header carrying the timestamp and signatures.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("paddle-signature");
@@ -33,33 +31,20 @@ pub(crate) fn sign_with(key: &Keyed, timestamp: u64, body: &[u8]) -> String {
     format!("ts={ts};h1={}", hex_encode(&mac))
 }
 
+const LIST: TaggedList = TaggedList {
+    header: SIGNATURE_HEADER,
+    separator: ';',
+    timestamp: "ts",
+    signature: "h1",
+    joiner: b":",
+    no_timestamp: "no ts= timestamp",
+    no_signature: "no h1= signature",
+};
+
 pub(crate) fn check(
     keys: &[Keyed],
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<SystemTime, VerifyError> {
-    let value = header(headers, &SIGNATURE_HEADER)?;
-    let mut ts = None;
-    let mut saw_h1 = false;
-    let mut signatures = Vec::new();
-    for item in value.split(';') {
-        let Some((key, val)) = item.trim().split_once('=') else {
-            continue;
-        };
-        match key {
-            "ts" => ts = Some(val),
-            "h1" => {
-                saw_h1 = true;
-                signatures.extend(hex_decode(val));
-            }
-            _ => {}
-        }
-    }
-    let ts = ts.ok_or_else(|| malformed(&SIGNATURE_HEADER, "no ts= timestamp"))?;
-    if !saw_h1 {
-        return Err(malformed(&SIGNATURE_HEADER, "no h1= signature"));
-    }
-    let signed_at = parse_unix_seconds(ts, &SIGNATURE_HEADER)?;
-    require_match(keys, &[ts.as_bytes(), b":", body], &signatures)?;
-    Ok(signed_at)
+    LIST.check(keys, headers, body)
 }

@@ -11,9 +11,7 @@ use std::time::SystemTime;
 use http::{HeaderMap, HeaderName};
 
 use crate::error::VerifyError;
-use crate::util::{
-    Keyed, header, hex_decode, hex_encode, malformed, parse_unix_seconds, require_match,
-};
+use crate::util::{Keyed, TaggedList, hex_encode};
 
 /// The header carrying the timestamp and signatures.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("stripe-signature");
@@ -33,35 +31,20 @@ pub(crate) fn sign_with(key: &Keyed, timestamp: u64, body: &[u8]) -> String {
     format!("t={t},v1={}", hex_encode(&mac))
 }
 
+const LIST: TaggedList = TaggedList {
+    header: SIGNATURE_HEADER,
+    separator: ',',
+    timestamp: "t",
+    signature: "v1",
+    joiner: b".",
+    no_timestamp: "no t= timestamp",
+    no_signature: "no v1= signature",
+};
+
 pub(crate) fn check(
     keys: &[Keyed],
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<SystemTime, VerifyError> {
-    let value = header(headers, &SIGNATURE_HEADER)?;
-    let mut t = None;
-    let mut saw_v1 = false;
-    let mut signatures = Vec::new();
-    for item in value.split(',') {
-        let Some((key, val)) = item.trim().split_once('=') else {
-            continue;
-        };
-        match key {
-            // The last `t` wins, as in stripe-node; it is signed, so it cannot be swapped.
-            "t" => t = Some(val),
-            "v1" => {
-                saw_v1 = true;
-                // Not hex: cannot match, like a string comparison that fails.
-                signatures.extend(hex_decode(val));
-            }
-            _ => {}
-        }
-    }
-    let t = t.ok_or_else(|| malformed(&SIGNATURE_HEADER, "no t= timestamp"))?;
-    if !saw_v1 {
-        return Err(malformed(&SIGNATURE_HEADER, "no v1= signature"));
-    }
-    let signed_at = parse_unix_seconds(t, &SIGNATURE_HEADER)?;
-    require_match(keys, &[t.as_bytes(), b".", body], &signatures)?;
-    Ok(signed_at)
+    LIST.check(keys, headers, body)
 }

@@ -292,6 +292,55 @@ pub(crate) fn event_id_from_header(
     }
 }
 
+/// A header that lists `key=value` items: a timestamp and one or more hex signatures over
+/// `{timestamp}{joiner}{body}`. Stripe (`t=..,v1=..`) and Paddle (`ts=..;h1=..`) differ only in
+/// these fields.
+pub(crate) struct TaggedList {
+    pub header: HeaderName,
+    pub separator: char,
+    pub timestamp: &'static str,
+    pub signature: &'static str,
+    pub joiner: &'static [u8],
+    /// The messages for a missing timestamp or signature item.
+    pub no_timestamp: &'static str,
+    pub no_signature: &'static str,
+}
+
+impl TaggedList {
+    /// Checks the header against `keys`: any listed signature may match (rotation). Items of other
+    /// schemes are ignored; a signature that is not hex cannot match. The last timestamp item
+    /// wins (it is signed, so it cannot be swapped).
+    pub(crate) fn check(
+        &self,
+        keys: &[Keyed],
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<SystemTime, VerifyError> {
+        let value = header(headers, &self.header)?;
+        let mut ts = None;
+        let mut saw_signature = false;
+        let mut signatures = Vec::new();
+        for item in value.split(self.separator) {
+            let Some((key, val)) = item.trim().split_once('=') else {
+                continue;
+            };
+            if key == self.timestamp {
+                ts = Some(val);
+            } else if key == self.signature {
+                saw_signature = true;
+                signatures.extend(hex_decode(val));
+            }
+        }
+        let ts = ts.ok_or_else(|| malformed(&self.header, self.no_timestamp))?;
+        if !saw_signature {
+            return Err(malformed(&self.header, self.no_signature));
+        }
+        let signed_at = parse_unix_seconds(ts, &self.header)?;
+        require_match(keys, &[ts.as_bytes(), self.joiner, body], &signatures)?;
+        Ok(signed_at)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
