@@ -201,6 +201,14 @@ pub mod cases {
         view.history.iter().map(|h| h.outcome).collect()
     }
 
+    /// Claims and expects a plain `Claimed`, not flagged as a late duplicate.
+    async fn assert_not_late<S: ClaimStore>(store: &S, req: ClaimRequest) {
+        match store.claim(req).await.expect("claim") {
+            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+    }
+
     fn assert_stale(result: Result<(), StoreError>) {
         assert!(
             matches!(result, Err(StoreError::StaleToken { .. })),
@@ -708,14 +716,7 @@ pub mod cases {
         let store = h.store();
         let key = key("src");
         processed_then_expired(h, &key).await;
-        match store
-            .claim(req(&key).late_duplicates(LateDuplicates::Off))
-            .await
-            .unwrap()
-        {
-            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
-            other => panic!("expected Claimed, got {other:?}"),
-        }
+        assert_not_late(&store, req(&key).late_duplicates(LateDuplicates::Off)).await;
         assert_eq!(
             outcomes(&store, &key).await.last(),
             Some(&HistoryOutcome::Claimed)
@@ -728,10 +729,7 @@ pub mod cases {
         // Processed once in mark-on-receipt mode, then given up: the retry is legitimate.
         let token = claimed(&store, req(&key).mode(ClaimMode::OnReceipt)).await;
         store.release(&token).await.unwrap();
-        match store.claim(req(&key)).await.unwrap() {
-            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
-            other => panic!("expected Claimed, got {other:?}"),
-        }
+        assert_not_late(&store, req(&key)).await;
     }
 
     pub async fn unfinished_attempt_is_not_a_late_duplicate(h: &impl Harness) {
@@ -744,10 +742,7 @@ pub mod cases {
         )
         .await;
         h.advance(SHORT_TTL).await;
-        match store.claim(req(&key)).await.unwrap() {
-            ClaimOutcome::Claimed { late_duplicate, .. } => assert_eq!(late_duplicate, None),
-            other => panic!("expected Claimed, got {other:?}"),
-        }
+        assert_not_late(&store, req(&key)).await;
     }
 
     pub async fn mark_on_receipt_claim_counts_as_processed(h: &impl Harness) {
