@@ -53,7 +53,7 @@ async fn receive(
     body: Body,
 ) -> Result<Response, AppError> {
     let src = state.source(name)?;
-    if src.needs_bearer {
+    if src.needs_bearer() {
         state.authorize(headers)?;
     }
     let body = read_body(body, state.limits.body_limit).await?;

@@ -60,11 +60,14 @@ pub struct Source {
     pub mode: ClaimMode,
     pub on_conflict: OnConflict,
     pub late_duplicates: LateDuplicates,
-    /// `provider = "none"`: the sender proves itself with a bearer token instead of a signature.
-    pub needs_bearer: bool,
 }
 
 impl Source {
+    /// `provider = "none"`: the sender proves itself with a bearer token instead of a signature.
+    pub fn needs_bearer(&self) -> bool {
+        !self.verifier.scheme().is_signed()
+    }
+
     /// A claim of `key` under this source's TTL, lease and mode.
     pub fn claim_request(&self, key: Key) -> ClaimRequest {
         ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
@@ -118,7 +121,7 @@ impl AppState {
         let mut sources = HashMap::new();
         for (i, sc) in config.sources.iter().enumerate() {
             let source = build_source(i, sc)?;
-            if source.needs_bearer && config.api_tokens.is_empty() {
+            if source.needs_bearer() && config.api_tokens.is_empty() {
                 return Err(sc.invalid(
                     "provider",
                     "\"none\" needs api_tokens: its senders authenticate with a bearer token",
@@ -318,7 +321,6 @@ fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::Confi
     let verifier = ingest::verifier(sc)?;
     Ok(Source {
         name: policy.name.clone(),
-        needs_bearer: sc.provider == "none",
         policy,
         verifier,
         forward_url: sc
