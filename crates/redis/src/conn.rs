@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{Cmd, RedisFuture, RedisResult, Value};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use crate::config::Target;
 
@@ -25,6 +25,17 @@ impl fmt::Debug for Conn {
             Self::Cluster(_) => "Conn::Cluster",
         })
     }
+}
+
+/// One master, to send a command to (`SCAN` walks one node's keys).
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    /// The one server (standalone).
+    Server,
+    Cluster {
+        host: String,
+        port: u16,
+    },
 }
 
 /// How long to wait, and how hard to retry.
@@ -101,6 +112,100 @@ impl Conn {
             }
         }
     }
+}
+
+impl Conn {
+    /// The masters, each to route commands to.
+    pub(crate) async fn masters(&mut self) -> RedisResult<Vec<Node>> {
+        if let Self::Single(_) = self {
+            return Ok(vec![Node::Server]);
+        }
+        self.on_masters(redis::cmd("PING"))
+            .await?
+            .into_iter()
+            .map(|(name, _)| {
+                let (host, port) = name
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h.to_owned(), p.parse().ok()?)))
+                    .ok_or_else(|| {
+                        RedisError::from((
+                            ErrorKind::Client,
+                            "cannot read a cluster node's address",
+                            name.clone(),
+                        ))
+                    })?;
+                Ok(Node::Cluster { host, port })
+            })
+            .collect()
+    }
+
+    /// Runs `cmd` on `node`.
+    pub(crate) async fn on_node(&mut self, node: &Node, cmd: Cmd) -> RedisResult<Value> {
+        match (self, node) {
+            (Self::Cluster(c), Node::Cluster { host, port }) => {
+                let routing = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                c.route_command(cmd, RoutingInfo::SingleNode(routing)).await
+            }
+            (c, _) => cmd.query_async(c).await,
+        }
+    }
+
+    /// Runs `pipe` on `node` (its keys must all live there).
+    pub(crate) async fn pipeline_on_node(
+        &mut self,
+        node: &Node,
+        pipe: Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        match (self, node) {
+            (Self::Cluster(c), Node::Cluster { host, port }) => {
+                let routing = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                let count = pipe.len();
+                c.route_pipeline(pipe, 0, count, routing).await
+            }
+            (c, _) => pipe.query_async(c).await,
+        }
+    }
+
+    /// One `SCAN` step on `node`: the next cursor (0 when done) and the keys matching `pattern`.
+    pub(crate) async fn scan_page(
+        &mut self,
+        node: &Node,
+        cursor: u64,
+        pattern: &str,
+    ) -> RedisResult<(u64, Vec<String>)> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        Ok(redis::from_redis_value(self.on_node(node, cmd).await?)?)
+    }
+
+    /// `node`'s clock, in ms since the Unix epoch.
+    pub(crate) async fn server_ms(&mut self, node: &Node) -> RedisResult<i64> {
+        let (secs, micros): (i64, i64) =
+            redis::from_redis_value(self.on_node(node, redis::cmd("TIME")).await?)?;
+        Ok(secs * 1_000 + micros / 1_000)
+    }
+}
+
+/// `text` as a `SCAN MATCH` pattern that matches only itself.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn manager_config(t: Timeouts) -> ConnectionManagerConfig {

@@ -1,12 +1,11 @@
 //! The key layout.
 //!
-//! Every key of one event shares the hash tag `{<source>/<escaped event id>}`, so the scripts that
-//! touch an event's record and history run on one Cluster slot:
+//! Every key of one event shares the hash tag `{<source>/<escaped event id>}`, so each lives in
+//! one Cluster slot:
 //!
 //! | key | holds |
 //! |---|---|
-//! | `<prefix>{<source>/<id>}:r` | store mode: the record (a string, `PXAT` = its expiry) |
-//! | `<prefix>{<source>/<id>}:h` | store mode: the event's history (a capped list) |
+//! | `<prefix>{<source>/<id>}:e` | store mode: the event, a hash of its record and capped history |
 //! | `<prefix>{<source>}:s` | store mode: the source's best-effort history stream |
 //! | `<prefix>{<source>/<id>}:c` | tier mode: the cached answer for a done record, or a tombstone |
 //!
@@ -44,14 +43,26 @@ impl Keys {
         out
     }
 
-    /// The record (store mode).
-    pub(crate) fn record(&self, key: &Key) -> String {
-        self.tagged(key, ":r")
+    /// The event: its record and history (store mode).
+    pub(crate) fn event(&self, key: &Key) -> String {
+        self.tagged(key, ":e")
     }
 
-    /// The event's history (store mode).
-    pub(crate) fn history(&self, key: &Key) -> String {
-        self.tagged(key, ":h")
+    /// `SCAN MATCH` pattern for every event key (store mode).
+    pub(crate) fn events_pattern(&self) -> String {
+        format!("{}{{*}}:e", crate::conn::glob_escape(&self.prefix))
+    }
+
+    /// `SCAN MATCH` pattern for every source's history stream (store mode).
+    pub(crate) fn streams_pattern(&self) -> String {
+        format!("{}{{*}}:s", crate::conn::glob_escape(&self.prefix))
+    }
+
+    /// The source of an event key or a stream key of this prefix.
+    pub(crate) fn source_of(&self, key: &str) -> Option<SourceName> {
+        let tag = key.strip_prefix(&self.prefix)?.strip_prefix('{')?;
+        let end = tag.find(['/', '}'])?;
+        SourceName::new(&tag[..end]).ok()
     }
 
     /// The cached answer (tier mode).
@@ -97,9 +108,14 @@ mod tests {
     fn an_event_keeps_its_keys_in_one_slot() {
         let keys = Keys::new("idemgate:");
         let key = k("stripe", "evt_123");
-        assert_eq!(keys.record(&key), "idemgate:{stripe/evt_123}:r");
-        assert_eq!(tag(&keys.record(&key)), tag(&keys.history(&key)));
+        assert_eq!(keys.event(&key), "idemgate:{stripe/evt_123}:e");
+        assert_eq!(tag(&keys.event(&key)), tag(&keys.cache(&key)));
         assert_eq!(keys.stream(&key.source), "idemgate:{stripe}:s");
+        let source = key.source.clone();
+        assert_eq!(keys.source_of(&keys.event(&key)), Some(source.clone()));
+        assert_eq!(keys.source_of(&keys.stream(&source)), Some(source));
+        assert_eq!(keys.source_of("other:{stripe}:s"), None);
+        assert_eq!(Keys::new("a*[").events_pattern(), "a\\*\\[{*}:e");
     }
 
     #[test]
@@ -109,13 +125,13 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for id in nasty {
             let key = k("s", id);
-            let rec = keys.record(&key);
-            assert_eq!(tag(&rec), tag(&keys.history(&key)), "{id}");
-            assert!(rec.ends_with("}:r"), "{rec}");
+            let rec = keys.event(&key);
+            assert_eq!(tag(&rec), tag(&keys.cache(&key)), "{id}");
+            assert!(rec.ends_with("}:e"), "{rec}");
             assert_eq!(rec.matches(['{', '}']).count(), 2, "{rec}");
             assert!(seen.insert(rec), "{id} collides");
         }
-        assert_eq!(keys.record(&k("s", "a}b")), "p:{s/a%7Db}:r");
-        assert_eq!(keys.record(&k("s", "a%7Db")), "p:{s/a%257Db}:r");
+        assert_eq!(keys.event(&k("s", "a}b")), "p:{s/a%7Db}:e");
+        assert_eq!(keys.event(&k("s", "a%7Db")), "p:{s/a%257Db}:e");
     }
 }

@@ -1,32 +1,36 @@
 //! Store mode: Redis (standalone or Cluster) as the only store.
 //!
-//! Each operation is one Lua script (`src/lua/`) over the event's record and history keys, which
-//! share a hash tag and so a Cluster slot. The scripts read the server's clock (`TIME`), so every
-//! expiry decision is the server's. Records expire by `PXAT` at their `expires_at`.
+//! Each operation is one Lua script (`src/lua/`) over one hash per event, holding its record and
+//! its capped history. The scripts read the server's clock (`TIME`), so every expiry decision is
+//! the server's: a record past its `expires_at` is absent to them, and the hash itself expires
+//! (`PEXPIREAT`) once both the record and the history retention are over.
 //!
 //! History lives in two places:
-//! - per event, in a capped list written by the same script as the state change, so
+//! - per event, in the event's hash, written by the same script as the state change, so
 //!   [`ClaimStore::lookup`] shows exactly what happened to the event, in order;
-//! - per source, in a stream capped at about [`RedisConfig::source_stream_maxlen`] entries, written
-//!   by a separate `XADD` after the script (a source's stream lives in another slot than its
-//!   events, and a Cluster script may only touch one slot). It is **best-effort**: a failed or
-//!   missed `XADD` is logged and skipped, and the cap drops old entries. It is a feed for
-//!   dashboards and the TTL advisor, not an audit log; keep audit history in a SQL store.
+//! - per source, in a stream capped at about [`RedisConfig::source_stream_maxlen`] entries. On a
+//!   standalone server the script itself adds to it; on a Cluster a separate `XADD` follows the
+//!   script (a source's stream lives in another slot than its events, and a Cluster script may
+//!   only touch one slot). It is **best-effort**: a failed or missed `XADD` is logged and skipped,
+//!   and the cap drops old entries. It is a feed for the TTL advisor and dashboards, not an audit
+//!   log; keep audit history in a SQL store.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint,
-    HistoryEntry, HistoryOutcome, Key, LateDuplicates, Record, RecordState, StoreError, Timestamp,
-    machine,
+    HistoryEntry, HistoryOutcome, HistoryQuery, Key, LateDuplicates, Record, RecordState,
+    SourceName, SourceStats, Stats, StoreError, StoreStats, Timestamp, machine,
 };
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 use tracing::{info, instrument, warn};
 
 use crate::config::RedisConfig;
-use crate::conn::{Conn, Timeouts};
+use crate::conn::{Conn, Node, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
@@ -45,6 +49,9 @@ struct Shared {
     scripts: Scripts,
     /// `ARGV[1]` and `ARGV[2]` of every script: history retention (ms) and cap.
     history_args: (u64, usize),
+    /// The scripts add to the source's stream themselves (standalone; a Cluster script cannot
+    /// reach the stream's slot).
+    stream_in_script: bool,
     stream_errors: LogLimiter,
 }
 
@@ -106,9 +113,12 @@ impl RedisStore {
                 target: cfg.target.describe(),
                 source,
             })?;
+        let stream_in_script =
+            matches!(conn, Conn::Single(_)) && cfg.source_stream_maxlen.is_some();
         let store = Self {
             conn,
             shared: Arc::new(Shared {
+                stream_in_script,
                 keys: Keys::new(&cfg.key_prefix),
                 scripts: Scripts::new(),
                 history_args: (ms(cfg.history_retention), cfg.history_per_event.get()),
@@ -190,9 +200,26 @@ impl RedisStore {
         Ok(())
     }
 
+    /// `script` on `key`'s event, with the arguments every script takes (see `lua/common.lua`).
+    fn invocation<'a>(&self, script: &'a Script, key: &Key) -> ScriptInvocation<'a> {
+        let s = &self.shared;
+        let (retention, cap) = s.history_args;
+        let mut inv = script.key(s.keys.event(key));
+        inv.arg(retention).arg(cap);
+        match s.cfg.source_stream_maxlen {
+            Some(maxlen) if s.stream_in_script => {
+                inv.key(s.keys.stream(&key.source))
+                    .arg(maxlen.get())
+                    .arg(key.event_id.as_str());
+            }
+            _ => {
+                inv.arg(0).arg("");
+            }
+        }
+        inv
+    }
+
     async fn run_claim(&self, req: &ClaimRequest, nonce: u64) -> Result<ClaimOutcome, RedisError> {
-        let keys = &self.shared.keys;
-        let (retention, cap) = self.shared.history_args;
         let mode = match req.mode {
             ClaimMode::OnSuccess => "s",
             ClaimMode::OnReceipt => "r",
@@ -205,13 +232,7 @@ impl RedisStore {
         let fingerprint = req.fingerprint.map(|f| f.to_hex()).unwrap_or_default();
         let mut conn = self.conn.clone();
         let (answer, n, gap, expires_at, late_first_seen): (String, i64, i64, i64, i64) = self
-            .shared
-            .scripts
-            .claim
-            .key(keys.record(&req.key))
-            .key(keys.history(&req.key))
-            .arg(retention)
-            .arg(cap)
+            .invocation(&self.shared.scripts.claim, &req.key)
             .arg(mode)
             .arg(fingerprint)
             .arg(ms(req.lease))
@@ -287,27 +308,21 @@ impl RedisStore {
             | ClaimOutcome::InFlight { .. }
             | ClaimOutcome::Conflict { .. } => None,
         };
-        self.append_stream(&req.key, history, attempt, u64::try_from(gap).ok())
-            .await;
+        if !self.shared.stream_in_script {
+            self.append_stream(&req.key, history, attempt, u64::try_from(gap).ok())
+                .await;
+        }
         Ok(outcome)
     }
 
     async fn run_finish(&self, token: &ClaimToken, what: HistoryOutcome) -> Result<(), StoreError> {
-        let keys = &self.shared.keys;
-        let (retention, cap) = self.shared.history_args;
         let (op, label) = match what {
             HistoryOutcome::Released => ("release", "release script"),
             _ => ("complete", "complete script"),
         };
         let mut conn = self.conn.clone();
         let done: i64 = self
-            .shared
-            .scripts
-            .finish
-            .key(keys.record(&token.key))
-            .key(keys.history(&token.key))
-            .arg(retention)
-            .arg(cap)
+            .invocation(&self.shared.scripts.finish, &token.key)
             .arg(op)
             .arg(token.attempt)
             .arg(format!("{:016x}", token.nonce))
@@ -320,8 +335,10 @@ impl RedisStore {
                 attempt: token.attempt,
             });
         }
-        self.append_stream(&token.key, what, Some(token.attempt), None)
-            .await;
+        if !self.shared.stream_in_script {
+            self.append_stream(&token.key, what, Some(token.attempt), None)
+                .await;
+        }
         Ok(())
     }
 
@@ -367,14 +384,15 @@ impl RedisStore {
     }
 
     async fn run_lookup(&self, key: &Key) -> Result<EventView, RedisError> {
-        let keys = &self.shared.keys;
         let mut conn = self.conn.clone();
+        let (retention, cap) = self.shared.history_args;
         let (record, rows): (Option<String>, Vec<String>) = self
             .shared
             .scripts
             .lookup
-            .key(keys.record(key))
-            .key(keys.history(key))
+            .key(self.shared.keys.event(key))
+            .arg(retention)
+            .arg(cap)
             .invoke_async(&mut conn)
             .await
             .map_err(RedisError::command("lookup script"))?;
@@ -390,6 +408,246 @@ impl RedisStore {
             record,
             history,
         })
+    }
+}
+
+/// Counting and history queries walk the keyspace (`SCAN` on every master), so they cost time in
+/// proportion to the events stored: meant for `idemgate stats` and the TTL advisor, not for a
+/// scrape every few seconds.
+impl RedisStore {
+    async fn count(&self) -> Result<StoreStats, RedisError> {
+        let keys = &self.shared.keys;
+        let pattern = keys.events_pattern();
+        let mut conn = self.conn.clone();
+        let nodes = conn.masters().await.map_err(RedisError::command("PING"))?;
+        let mut stats = StoreStats::default();
+        let mut per_source = BTreeMap::<SourceName, SourceStats>::new();
+        for node in &nodes {
+            let now = conn
+                .server_ms(node)
+                .await
+                .map_err(RedisError::command("TIME"))?;
+            let mut cursor = 0;
+            loop {
+                let (next, page) = conn
+                    .scan_page(node, cursor, &pattern)
+                    .await
+                    .map_err(RedisError::command("SCAN"))?;
+                let mut pipe = redis::pipe();
+                for key in &page {
+                    pipe.cmd("HMGET").arg(key).arg("r").arg("n");
+                    pipe.cmd("HLEN").arg(key);
+                }
+                let answers: Vec<Value> = if page.is_empty() {
+                    Vec::new()
+                } else {
+                    conn.pipeline_on_node(node, pipe)
+                        .await
+                        .map_err(RedisError::command("HMGET"))?
+                };
+                for (key, pair) in page.iter().zip(answers.chunks(2)) {
+                    let [fields, len] = pair else { continue };
+                    let (record, n): (Option<String>, Option<u64>) =
+                        redis::from_redis_value(fields.clone())
+                            .map_err(|e| RedisError::command("HMGET")(e.into()))?;
+                    let len: u64 = redis::from_redis_value(len.clone())
+                        .map_err(|e| RedisError::command("HLEN")(e.into()))?;
+                    let fixed = u64::from(record.is_some()) + u64::from(n.is_some());
+                    stats.history_rows += len.saturating_sub(fixed);
+                    let (Some(source), Some(text)) = (keys.source_of(key), record) else {
+                        continue;
+                    };
+                    let rec = parse_record(&text)
+                        .ok_or_else(|| RedisError::reply("HMGET", text.clone()))?;
+                    let s = per_source
+                        .entry(source.clone())
+                        .or_insert_with(|| SourceStats {
+                            source,
+                            live: 0,
+                            expired: 0,
+                            oldest: None,
+                        });
+                    if rec.expires_at.as_millis() > now {
+                        s.live += 1;
+                    } else {
+                        s.expired += 1;
+                    }
+                    s.oldest = Some(s.oldest.map_or(rec.first_seen, |o| o.min(rec.first_seen)));
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        for s in per_source.values() {
+            stats.live += s.live;
+            stats.expired += s.expired;
+            stats.oldest = match (stats.oldest, s.oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        stats.per_source = per_source.into_values().collect();
+        Ok(stats)
+    }
+
+    /// Every source's history stream, each read from `since` (ms, by its node's clock) on.
+    async fn streams(&self) -> Result<Vec<(Node, Vec<(SourceName, String)>)>, RedisError> {
+        let pattern = self.shared.keys.streams_pattern();
+        let mut conn = self.conn.clone();
+        let nodes = conn.masters().await.map_err(RedisError::command("PING"))?;
+        let mut out = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let mut found = Vec::new();
+            let mut cursor = 0;
+            loop {
+                let (next, page) = conn
+                    .scan_page(&node, cursor, &pattern)
+                    .await
+                    .map_err(RedisError::command("SCAN"))?;
+                found.extend(
+                    page.into_iter()
+                        .filter_map(|k| Some((self.shared.keys.source_of(&k)?, k))),
+                );
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            out.push((node, found));
+        }
+        Ok(out)
+    }
+
+    async fn observe_streams(&self, period: Duration) -> Result<Vec<Observation>, RedisError> {
+        const PAGE: usize = 1_000;
+        let mut conn = self.conn.clone();
+        let mut tally = Tally::default();
+        for (node, streams) in self.streams().await? {
+            let now = conn
+                .server_ms(&node)
+                .await
+                .map_err(RedisError::command("TIME"))?;
+            let since = now.saturating_sub(i64::try_from(ms(period)).unwrap_or(i64::MAX));
+            for (source, key) in streams {
+                let mut from = format!("{}-0", since.max(0));
+                loop {
+                    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                        .arg(&key)
+                        .arg(&from)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(PAGE)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(RedisError::command("XRANGE"))?;
+                    for (_, fields) in &entries {
+                        let field = |name: &str| {
+                            fields
+                                .chunks(2)
+                                .find(|kv| kv[0] == name)
+                                .and_then(|kv| kv.get(1))
+                                .filter(|v| !v.is_empty())
+                        };
+                        let Some(outcome) = field("outcome").and_then(|o| HistoryOutcome::parse(o))
+                        else {
+                            continue;
+                        };
+                        let gap = field("gap_ms")
+                            .and_then(|g| g.parse().ok())
+                            .map(Duration::from_millis);
+                        tally.add(source.clone(), outcome, gap);
+                    }
+                    match entries.last() {
+                        Some((id, _)) if entries.len() == PAGE => from = format!("({id}"),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(tally.finish(period))
+    }
+
+    /// Trims the source streams' entries older than `retention`, at most `batch` in all.
+    async fn trim_streams(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, RedisError> {
+        let mut conn = self.conn.clone();
+        let mut left = u64::from(batch.get());
+        let mut trimmed = 0;
+        for (node, streams) in self.streams().await? {
+            let now = conn
+                .server_ms(&node)
+                .await
+                .map_err(RedisError::command("TIME"))?;
+            let cutoff = now.saturating_sub(i64::try_from(ms(retention)).unwrap_or(i64::MAX));
+            if cutoff <= 0 {
+                continue;
+            }
+            for (_, key) in streams {
+                if left == 0 {
+                    return Ok(trimmed);
+                }
+                // The oldest `left` entries before the cutoff: trim up to just past the last of
+                // them, so no more than `left` go.
+                let old: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg("-")
+                    .arg(format!("({cutoff}-0"))
+                    .arg("COUNT")
+                    .arg(left)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(RedisError::command("XRANGE"))?;
+                let Some((last, _)) = old.last() else {
+                    continue;
+                };
+                let (ms_part, seq) = last
+                    .split_once('-')
+                    .and_then(|(m, s)| Some((m.parse::<u64>().ok()?, s.parse::<u64>().ok()?)))
+                    .ok_or_else(|| RedisError::reply("XRANGE", last.clone()))?;
+                let n: u64 = redis::cmd("XTRIM")
+                    .arg(&key)
+                    .arg("MINID")
+                    .arg("=")
+                    .arg(format!("{ms_part}-{}", seq + 1))
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(RedisError::command("XTRIM"))?;
+                trimmed += n;
+                left = left.saturating_sub(n);
+            }
+        }
+        Ok(trimmed)
+    }
+}
+
+impl Stats for RedisStore {
+    /// Live and expired records per source, history rows kept, and the oldest first receipt. An
+    /// expired record counts until its event's hash expires with its history. No size: Redis
+    /// cannot tell one prefix's memory cheaply.
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        Ok(self.count().await?)
+    }
+}
+
+impl HistoryQuery for RedisStore {
+    /// From the sources' history streams: best-effort, and no further back than their cap.
+    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
+        Ok(self.observe_streams(period).await?)
+    }
+
+    /// Trims the sources' streams. Each event's own history expires by itself, `history_retention`
+    /// after its record was made (or when the record expires, if later).
+    async fn purge_history(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        Ok(self.trim_streams(retention, batch).await?)
     }
 }
 

@@ -36,6 +36,21 @@ async fn cluster_harness() -> Option<PrefixHarness> {
 }
 
 idemgate_core::conformance_tests!(cluster_harness());
+idemgate_core::history_conformance_tests!(cluster_harness());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_records_and_history() {
+    if let Some(h) = cluster_harness().await {
+        common::cases::stats_count_records_and_history(&h).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_feed_observe_and_purge_trims_them() {
+    if let Some(h) = cluster_harness().await {
+        common::cases::streams_feed_observe_and_purge_trims_them(&h).await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_spread_over_every_master() {

@@ -11,6 +11,21 @@ use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_redis::{RedisConfig, RedisError, RedisStore};
 
 idemgate_core::conformance_tests!(standalone_harness());
+idemgate_core::history_conformance_tests!(standalone_harness());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_records_and_history() {
+    if let Some(h) = standalone_harness().await {
+        common::cases::stats_count_records_and_history(&h).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_feed_observe_and_purge_trims_them() {
+    if let Some(h) = standalone_harness().await {
+        common::cases::streams_feed_observe_and_purge_trims_them(&h).await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_that_look_like_key_syntax_stay_apart() {

@@ -1,8 +1,8 @@
 -- lookup: the live record (or false) and the history of one event, read at one instant.
--- KEYS[1] = record, KEYS[2] = history.
+-- KEYS and ARGV[1..2]: see common.lua.
 -- Returns {record or false, history rows oldest first}.
 local now = server_now()
-local rec = live(now)
+local rec, n = load(now)
 if rec and rec.err then
   return rec
 end
@@ -10,4 +10,4 @@ local value = false
 if rec then
   value = encode(rec)
 end
-return {value, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {value, rows(n)}

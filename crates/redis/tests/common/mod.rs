@@ -308,3 +308,127 @@ impl TestCluster {
         Ok(())
     }
 }
+
+/// Cases on any store-mode harness beyond the conformance suite.
+pub mod cases {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use idemgate_core::testkit::Harness;
+    use idemgate_core::{
+        ClaimOutcome, ClaimRequest, ClaimStore, HistoryOutcome, HistoryQuery, Key, Stats,
+    };
+
+    fn key(source: &str, i: usize) -> Key {
+        Key::parse(source, &format!("evt-{i}")).unwrap()
+    }
+
+    async fn claim<S: ClaimStore>(store: &S, key: Key, ttl: Duration) -> idemgate_core::ClaimToken {
+        match store
+            .claim(ClaimRequest::new(key, Duration::from_secs(60), ttl))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { token, .. } => token,
+            other => panic!("expected Claimed, got {other:?}"),
+        }
+    }
+
+    /// Stats count live and expired records per source, and the history rows kept.
+    pub async fn stats_count_records_and_history(
+        h: &impl Harness<Store = idemgate_redis::RedisStore>,
+    ) {
+        let store = h.store();
+        let long = Duration::from_secs(600);
+        let empty = store.stats().await.unwrap();
+        assert_eq!((empty.live, empty.expired, empty.history_rows), (0, 0, 0));
+        assert!(empty.per_source.is_empty() && empty.oldest.is_none());
+
+        for i in 0..3 {
+            let token = claim(&store, key("counted", i), long).await;
+            if i == 0 {
+                store.complete(&token).await.unwrap();
+            }
+        }
+        claim(&store, key("counted", 3), Duration::from_millis(300)).await;
+        claim(&store, key("other", 0), long).await;
+        // A duplicate adds a row, not a record.
+        store
+            .claim(ClaimRequest::new(
+                key("other", 0),
+                Duration::from_secs(60),
+                long,
+            ))
+            .await
+            .unwrap();
+        h.advance(Duration::from_millis(400)).await;
+
+        let stats = store.stats().await.unwrap();
+        assert_eq!((stats.live, stats.expired), (4, 1), "{stats:?}");
+        assert_eq!(stats.history_rows, 7, "5 claims, 1 completion, 1 duplicate");
+        assert!(stats.oldest.is_some());
+        let sources: Vec<_> = stats
+            .per_source
+            .iter()
+            .map(|s| (s.source.as_str(), s.live, s.expired))
+            .collect();
+        assert_eq!(sources, [("counted", 3, 1), ("other", 1, 0)]);
+    }
+
+    /// The advisor's view comes from the source streams; purging trims them in bounded batches
+    /// and leaves each event's own history alone.
+    pub async fn streams_feed_observe_and_purge_trims_them(
+        h: &impl Harness<Store = idemgate_redis::RedisStore>,
+    ) {
+        let store = h.store();
+        let long = Duration::from_secs(600);
+        for i in 0..3 {
+            let token = claim(&store, key("streamed", i), long).await;
+            store.complete(&token).await.unwrap();
+        }
+        h.advance(Duration::from_millis(150)).await;
+        let dup = store
+            .claim(ClaimRequest::new(
+                key("streamed", 0),
+                Duration::from_secs(60),
+                long,
+            ))
+            .await
+            .unwrap();
+        assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+
+        let obs = store.observe(Duration::from_secs(3_600)).await.unwrap();
+        assert_eq!(obs.len(), 1, "{obs:?}");
+        assert_eq!((obs[0].first_receipts, obs[0].deliveries), (3, 4));
+        assert_eq!(obs[0].gaps.len(), 1);
+        assert!(
+            obs[0].gaps[0] >= Duration::from_millis(150),
+            "{:?}",
+            obs[0].gaps
+        );
+
+        // 6 entries (claims and completions) are older than 100 ms; the duplicate is not.
+        let batch = NonZeroU32::new(4).unwrap();
+        let retention = Duration::from_millis(100);
+        assert_eq!(store.purge_history(retention, batch).await.unwrap(), 4);
+        assert_eq!(store.purge_history(retention, batch).await.unwrap(), 2);
+        assert_eq!(store.purge_history(retention, batch).await.unwrap(), 0);
+        let obs = store.observe(Duration::from_secs(3_600)).await.unwrap();
+        assert_eq!(
+            (obs[0].first_receipts, obs[0].deliveries),
+            (0, 1),
+            "{obs:?}"
+        );
+
+        let view = store.lookup(&key("streamed", 0)).await.unwrap();
+        let outcomes: Vec<_> = view.history.iter().map(|r| r.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::Completed,
+                HistoryOutcome::Duplicate
+            ]
+        );
+    }
+}
