@@ -242,6 +242,9 @@ impl AppState {
     /// Live and expired record counts, cached for a few seconds.
     async fn row_counts(&self) -> Option<RowCounts> {
         const FRESH: Duration = Duration::from_secs(5);
+        if !self.store.counts_cheaply() {
+            return None;
+        }
         if let Some((at, rows)) = *self.rows.lock().unwrap_or_else(|p| p.into_inner())
             && at.elapsed() < FRESH
         {

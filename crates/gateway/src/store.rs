@@ -115,6 +115,16 @@ impl AnyStore {
         }
     }
 
+    /// Whether [`Stats::stats`] is cheap enough for every `/metrics` scrape: the Redis store
+    /// counts by walking its keyspace, so it leaves the row gauges out.
+    pub fn counts_cheaply(&self) -> bool {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Plain(Engine::Redis(_)) => false,
+            _ => true,
+        }
+    }
+
     /// The engine's name, for logs and `/healthz` (`sqlite+redis` behind a tier).
     pub fn engine(&self) -> &'static str {
         match self {
@@ -238,14 +248,6 @@ impl Engine {
             Self::Redis(_) => "redis",
         }
     }
-
-    #[cfg(feature = "redis")]
-    fn unsupported(&self, what: &str) -> StoreError {
-        StoreError::backend(
-            format!("{what} is not available on the {} store", self.name()),
-            "unsupported",
-        )
-    }
 }
 
 /// The PostgreSQL store's settings from the gateway's config.
@@ -293,15 +295,7 @@ impl ClaimStore for Engine {
 
 impl Stats for Engine {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(self.unsupported("counting records")),
-            Self::Memory(s) => s.stats().await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.stats().await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.stats().await,
-        }
+        each!(self, s => s.stats().await)
     }
 }
 
@@ -322,31 +316,14 @@ impl Sweep for Engine {
 
 impl HistoryQuery for Engine {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(self.unsupported("the TTL advisor")),
-            Self::Memory(s) => s.observe(period).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.observe(period).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.observe(period).await,
-        }
+        each!(self, s => s.observe(period).await)
     }
     async fn purge_history(
         &self,
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        match self {
-            // Redis history expires with its keys and streams are capped.
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(0),
-            Self::Memory(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.purge_history(retention, batch).await,
-        }
+        each!(self, s => s.purge_history(retention, batch).await)
     }
 }
 
