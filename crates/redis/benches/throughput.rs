@@ -218,7 +218,7 @@ async fn run() {
             raw_setnx,
         );
         row(
-            "store: claim (Lua) + source stream XADD",
+            "store: claim (Lua, writes the source stream)",
             claims[0],
             raw_setnx,
         );

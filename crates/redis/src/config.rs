@@ -63,8 +63,9 @@ pub struct RedisConfig {
     pub allow_eviction: bool,
     /// History rows kept per event (the oldest are trimmed). Default 256.
     pub history_per_event: NonZeroUsize,
-    /// How long an event's history outlives its last row (and at least its record). Default 7
-    /// days: Redis memory is dear; long-term audit belongs in a SQL store.
+    /// How long an event's history is kept after its latest record was made (and at least as long
+    /// as that record). Default 7 days: Redis memory is dear; long-term audit belongs in a SQL
+    /// store.
     pub history_retention: Duration,
     /// Also append every outcome to a per-source stream capped at about this many entries
     /// (`XADD ... MAXLEN ~`), best-effort. Default 100 000; `None` writes no stream.
