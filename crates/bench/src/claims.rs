@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 
+use crate::pg::admin;
 use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
@@ -97,14 +97,6 @@ fn claim_op<S: ClaimStore + Clone + 'static>(
             }
         })
     }
-}
-
-async fn admin(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {url}"))?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -1,11 +1,22 @@
 //! `idemgate-bench`: load generation and side-by-side comparisons.
 //!
-//! Each scenario prints a markdown table and cleans up what it creates. Databases come from flags
-//! or `IDEMGATE_TEST_POSTGRES`.
+//! Each scenario prints a markdown table, writes an SVG chart to `bench/results/` and cleans up
+//! what it creates. Databases come from flags or `IDEMGATE_TEST_POSTGRES`. Progress goes to stderr:
+//! bars on a terminal, plain lines otherwise.
+//!
+//! # Layout
+//!
+//! - `claims`, `growth`, `cleanup`, `gateway`: one module per scenario, each with its `Args`.
+//! - `pg`: the PostgreSQL helpers the scenarios share; `progress`: bars or lines on stderr.
+//! - `report`: latency summaries, histograms, per-second ticks, markdown tables; `chart`: SVG.
 
 mod chart;
 mod claims;
+mod cleanup;
 mod gateway;
+mod growth;
+mod pg;
+mod progress;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +33,13 @@ enum Scenario {
     /// Durable claims/s and p50/p99/p999 at 1, 16 and 64 callers: idemgate-sqlite,
     /// idemgate-postgres (batched and partitioned) and the plain statement, same run.
     Claims(claims::Args),
+    /// The same PostgreSQL claim load while arrivals go from 0 to N, TTL-bounded (swept) against
+    /// never deleted: claims/s and p99 per step, dedup table and index size.
+    Growth(growth::Args),
+    /// A table holding N expired rows under a steady claim load, cleared by one unbounded DELETE,
+    /// by idemgate's batched sweeper and by partition drop: p99 and throughput against idle,
+    /// longest lock wait, WAL written, dead tuples left.
+    Cleanup(cleanup::Args),
     /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve`, beside the
     /// raw claim throughput of the same store.
     Gateway(gateway::Args),
@@ -36,6 +54,8 @@ fn main() -> anyhow::Result<()> {
         match cli.scenario {
             Scenario::Gateway(args) => gateway::run(args).await,
             Scenario::Claims(args) => claims::run(args).await,
+            Scenario::Growth(args) => growth::run(args).await,
+            Scenario::Cleanup(args) => cleanup::run(args).await,
         }
     })
 }
