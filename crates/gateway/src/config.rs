@@ -110,6 +110,11 @@ pub struct RedisSection {
     /// duplicate through).
     #[serde(default)]
     pub allow_eviction: bool,
+    /// Store mode: how long each event's history outlives its record in Redis (late-duplicate
+    /// detection and `idemgate lookup` reach this far). Default 7 days: Redis memory is dear.
+    /// `store.history_retention` still trims the sources' history streams.
+    #[serde(default, with = "human_opt")]
+    pub history_retention: Option<Duration>,
 }
 
 fn default_redis_prefix() -> String {

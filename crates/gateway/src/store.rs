@@ -400,6 +400,9 @@ impl crate::config::RedisSection {
         cfg.target = self.target();
         cfg.key_prefix = self.key_prefix.clone();
         cfg.allow_eviction = self.allow_eviction;
+        if let Some(retention) = self.history_retention {
+            cfg.history_retention = retention;
+        }
         cfg.validate().map_err(|e| OpenError::Config {
             key: "store.redis",
             why: e.to_string(),

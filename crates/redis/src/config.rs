@@ -61,7 +61,9 @@ pub struct RedisConfig {
     /// Run even under an evicting `maxmemory-policy` (with a warning). Default `false`: an evicted
     /// record is a duplicate let through.
     pub allow_eviction: bool,
-    /// History rows kept per event (the oldest are trimmed). Default 256.
+    /// History rows kept per event (the oldest are trimmed). Default 256, at most
+    /// [`MAX_HISTORY_PER_EVENT`]. Whether an event was processed and when it was first received
+    /// are kept apart from the rows, so trimming never hides a late duplicate.
     pub history_per_event: NonZeroUsize,
     /// How long an event's history is kept after its latest record was made (and at least as long
     /// as that record). Default 7 days: Redis memory is dear; long-term audit belongs in a SQL
@@ -107,6 +109,13 @@ impl RedisConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.target.validate("redis.url")?;
         validate_prefix("redis.key_prefix", &self.key_prefix)?;
+        if self.history_per_event.get() > MAX_HISTORY_PER_EVENT {
+            return Err(ConfigError::TooMany {
+                key: "redis.history_per_event",
+                value: self.history_per_event.get(),
+                max: MAX_HISTORY_PER_EVENT,
+            });
+        }
         if self.history_retention < Duration::from_secs(1) {
             return Err(ConfigError::TooShort {
                 key: "redis.history_retention",
@@ -124,6 +133,10 @@ impl RedisConfig {
         Ok(())
     }
 }
+
+/// The most history rows kept per event: a lookup reads them in one command from a Lua script,
+/// whose stack holds a few thousand values.
+pub const MAX_HISTORY_PER_EVENT: usize = 4_096;
 
 /// Tier mode: a cache of done records in front of a SQL store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +230,12 @@ pub enum ConfigError {
     Prefix { key: &'static str, prefix: String },
     #[error("{key}: {value:?} is too short")]
     TooShort { key: &'static str, value: Duration },
+    #[error("{key}: {value} is more than {max}")]
+    TooMany {
+        key: &'static str,
+        value: usize,
+        max: usize,
+    },
 }
 
 #[cfg(test)]
@@ -252,6 +271,12 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("redis.url")
+        );
+        let mut cfg = RedisConfig::new("redis://127.0.0.1:6379");
+        cfg.history_per_event = NonZeroUsize::new(MAX_HISTORY_PER_EVENT + 1).unwrap();
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "redis.history_per_event: 4097 is more than 4096"
         );
         let cfg = RedisConfig::cluster(Vec::<String>::new());
         assert!(matches!(

@@ -17,8 +17,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use std::time::Instant;
 
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
@@ -26,7 +28,7 @@ use idemgate_core::{
     HistoryEntry, HistoryOutcome, HistoryQuery, Key, LateDuplicates, Record, RecordState,
     SourceName, SourceStats, Stats, StoreError, StoreStats, Timestamp, machine,
 };
-use redis::{Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 use tracing::{info, instrument, warn};
 
 use crate::config::RedisConfig;
@@ -50,9 +52,12 @@ struct Shared {
     /// `ARGV[1]` and `ARGV[2]` of every script: history retention (ms) and cap.
     history_args: (u64, usize),
     /// The scripts add to the source's stream themselves (standalone; a Cluster script cannot
-    /// reach the stream's slot).
-    stream_in_script: bool,
+    /// reach the stream's slot). Turned off for good by a server that refuses it (CROSSSLOT).
+    stream_in_script: AtomicBool,
     stream_errors: LogLimiter,
+    /// The streams found by the last purge's keyspace walk, and when: a purge runs in many
+    /// batches, and walking every key for each would cost more than the trimming.
+    purge_streams: Mutex<Option<(Instant, SourceStreams)>>,
 }
 
 #[derive(Debug)]
@@ -80,6 +85,9 @@ impl Scripts {
         }
     }
 }
+
+/// Each master with the source streams it holds: `(source, key)`.
+type SourceStreams = Vec<(Node, Vec<(SourceName, String)>)>;
 
 /// The longest duration a script is given, in ms (keeps Lua's doubles exact).
 const MAX_MS: u64 = 1 << 50;
@@ -118,11 +126,12 @@ impl RedisStore {
         let store = Self {
             conn,
             shared: Arc::new(Shared {
-                stream_in_script,
+                stream_in_script: AtomicBool::new(stream_in_script),
                 keys: Keys::new(&cfg.key_prefix),
                 scripts: Scripts::new(),
                 history_args: (ms(cfg.history_retention), cfg.history_per_event.get()),
                 stream_errors: LogLimiter::new(Duration::from_secs(60)),
+                purge_streams: Mutex::new(None),
                 cfg,
             }),
         };
@@ -200,14 +209,47 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Runs `script` on `key`'s event with the arguments every script takes (see
+    /// `lua/common.lua`), then those `add` appends. Returns the answer and whether the script
+    /// added to the source's stream itself.
+    ///
+    /// A single endpoint in front of shards (a cluster proxy) may refuse a script that touches
+    /// two slots with CROSSSLOT before running any of it: the stream then moves out of the
+    /// scripts for good, and the call is made again.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        label: &'static str,
+        script: &Script,
+        key: &Key,
+        add: impl Fn(&mut ScriptInvocation<'_>),
+    ) -> Result<(T, bool), RedisError> {
+        loop {
+            let in_script = self.shared.stream_in_script.load(Ordering::Relaxed);
+            let mut inv = self.invocation(script, key, in_script);
+            add(&mut inv);
+            let mut conn = self.conn.clone();
+            match inv.invoke_async(&mut conn).await {
+                Ok(answer) => return Ok((answer, in_script)),
+                Err(e) if in_script && e.code() == Some("CROSSSLOT") => {
+                    warn!(
+                        error = %e,
+                        "the server refuses scripts that touch two hash slots: source streams are now written by a separate XADD after each script"
+                    );
+                    self.shared.stream_in_script.store(false, Ordering::Relaxed);
+                }
+                Err(e) => return Err(RedisError::command(label)(e)),
+            }
+        }
+    }
+
     /// `script` on `key`'s event, with the arguments every script takes (see `lua/common.lua`).
-    fn invocation<'a>(&self, script: &'a Script, key: &Key) -> ScriptInvocation<'a> {
+    fn invocation<'a>(&self, script: &'a Script, key: &Key, stream: bool) -> ScriptInvocation<'a> {
         let s = &self.shared;
         let (retention, cap) = s.history_args;
         let mut inv = script.key(s.keys.event(key));
         inv.arg(retention).arg(cap);
         match s.cfg.source_stream_maxlen {
-            Some(maxlen) if s.stream_in_script => {
+            Some(maxlen) if stream => {
                 inv.key(s.keys.stream(&key.source))
                     .arg(maxlen.get())
                     .arg(key.event_id.as_str());
@@ -230,18 +272,25 @@ impl RedisStore {
             LateDuplicates::Reject => "reject",
         };
         let fingerprint = req.fingerprint.map(|f| f.to_hex()).unwrap_or_default();
-        let mut conn = self.conn.clone();
-        let (answer, n, gap, expires_at, late_first_seen): (String, i64, i64, i64, i64) = self
-            .invocation(&self.shared.scripts.claim, &req.key)
-            .arg(mode)
-            .arg(fingerprint)
-            .arg(ms(req.lease))
-            .arg(ms(req.ttl).max(1))
-            .arg(format!("{nonce:016x}"))
-            .arg(late)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(RedisError::command("claim script"))?;
+        let nonce_hex = format!("{nonce:016x}");
+        let ((answer, n, gap, expires_at, late_first_seen, stream_failed), in_script): (
+            (String, i64, i64, i64, i64, i64),
+            bool,
+        ) = self
+            .eval(
+                "claim script",
+                &self.shared.scripts.claim,
+                &req.key,
+                |inv| {
+                    inv.arg(mode)
+                        .arg(&fingerprint)
+                        .arg(ms(req.lease))
+                        .arg(ms(req.ttl).max(1))
+                        .arg(&nonce_hex)
+                        .arg(late);
+                },
+            )
+            .await?;
         let bad = || {
             RedisError::reply(
                 "claim script",
@@ -308,9 +357,11 @@ impl RedisStore {
             | ClaimOutcome::InFlight { .. }
             | ClaimOutcome::Conflict { .. } => None,
         };
-        if !self.shared.stream_in_script {
+        if !in_script {
             self.append_stream(&req.key, history, attempt, u64::try_from(gap).ok())
                 .await;
+        } else if stream_failed != 0 {
+            self.stream_failed(&req.key);
         }
         Ok(outcome)
     }
@@ -320,26 +371,38 @@ impl RedisStore {
             HistoryOutcome::Released => ("release", "release script"),
             _ => ("complete", "complete script"),
         };
-        let mut conn = self.conn.clone();
-        let done: i64 = self
-            .invocation(&self.shared.scripts.finish, &token.key)
-            .arg(op)
-            .arg(token.attempt)
-            .arg(format!("{:016x}", token.nonce))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(RedisError::command(label))?;
+        let nonce_hex = format!("{:016x}", token.nonce);
+        let (done, in_script): (i64, bool) = self
+            .eval(label, &self.shared.scripts.finish, &token.key, |inv| {
+                inv.arg(op).arg(token.attempt).arg(&nonce_hex);
+            })
+            .await?;
         if done == 0 {
             return Err(StoreError::StaleToken {
                 key: token.key.clone(),
                 attempt: token.attempt,
             });
         }
-        if !self.shared.stream_in_script {
+        if done == 3 {
+            // Completing a done record again: nothing happened, nothing to record.
+        } else if !in_script {
             self.append_stream(&token.key, what, Some(token.attempt), None)
                 .await;
+        } else if done == 2 {
+            self.stream_failed(&token.key);
         }
         Ok(())
+    }
+
+    /// A script could not add to the source's stream (logged at most once a minute).
+    fn stream_failed(&self, key: &Key) {
+        if let Some(held_back) = self.shared.stream_errors.check() {
+            warn!(
+                source = %key.source,
+                held_back,
+                "cannot append to the source's history stream (best-effort; the event's own history is intact)"
+            );
+        }
     }
 
     /// Best-effort: one entry in the source's capped stream. Failures are logged (at most once a
@@ -435,7 +498,7 @@ impl RedisStore {
                     .map_err(RedisError::command("SCAN"))?;
                 let mut pipe = redis::pipe();
                 for key in &page {
-                    pipe.cmd("HMGET").arg(key).arg("r").arg("n");
+                    pipe.cmd("HMGET").arg(key).arg(&["r", "n", "f", "p"]);
                     pipe.cmd("HLEN").arg(key);
                 }
                 let answers: Vec<Value> = if page.is_empty() {
@@ -447,12 +510,16 @@ impl RedisStore {
                 };
                 for (key, pair) in page.iter().zip(answers.chunks(2)) {
                     let [fields, len] = pair else { continue };
-                    let (record, n): (Option<String>, Option<u64>) =
+                    let (record, n, f, p): (Option<String>, Option<u64>, Option<u64>, Option<u8>) =
                         redis::from_redis_value(fields.clone())
                             .map_err(|e| RedisError::command("HMGET")(e.into()))?;
                     let len: u64 = redis::from_redis_value(len.clone())
                         .map_err(|e| RedisError::command("HLEN")(e.into()))?;
-                    let fixed = u64::from(record.is_some()) + u64::from(n.is_some());
+                    // The fields beside the rows (see `lua/common.lua`).
+                    let fixed = [record.is_some(), n.is_some(), f.is_some(), p.is_some()]
+                        .into_iter()
+                        .map(u64::from)
+                        .sum::<u64>();
                     stats.history_rows += len.saturating_sub(fixed);
                     let (Some(source), Some(text)) = (keys.source_of(key), record) else {
                         continue;
@@ -492,8 +559,8 @@ impl RedisStore {
         Ok(stats)
     }
 
-    /// Every source's history stream, each read from `since` (ms, by its node's clock) on.
-    async fn streams(&self) -> Result<Vec<(Node, Vec<(SourceName, String)>)>, RedisError> {
+    /// Every source's history stream, by the master that holds it.
+    async fn streams(&self) -> Result<SourceStreams, RedisError> {
         let pattern = self.shared.keys.streams_pattern();
         let mut conn = self.conn.clone();
         let nodes = conn.masters().await.map_err(RedisError::command("PING"))?;
@@ -575,10 +642,31 @@ impl RedisStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, RedisError> {
+        const FRESH: Duration = Duration::from_secs(60);
+        let cached = self
+            .shared
+            .purge_streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .filter(|(at, _)| at.elapsed() < FRESH);
+        let streams = match cached {
+            Some((_, streams)) => streams,
+            None => {
+                let streams = self.streams().await?;
+                *self
+                    .shared
+                    .purge_streams
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some((Instant::now(), streams.clone()));
+                streams
+            }
+        };
         let mut conn = self.conn.clone();
         let mut left = u64::from(batch.get());
         let mut trimmed = 0;
-        for (node, streams) in self.streams().await? {
+        for (node, streams) in streams {
             let now = conn
                 .server_ms(&node)
                 .await

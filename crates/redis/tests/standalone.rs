@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, WHAT_TO_INSTALL, standalone_harness};
+use common::{Cleanup, TestServer, WHAT_TO_INSTALL, standalone_harness};
 use idemgate_core::testkit::{Harness, require_service};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_redis::{RedisConfig, RedisError, RedisStore};
@@ -114,4 +114,141 @@ async fn an_unreachable_server_is_a_connect_error() {
     cfg.connect_timeout = Duration::from_millis(200);
     let err = RedisStore::connect(cfg).await.unwrap_err();
     assert!(matches!(err, RedisError::Connect { .. }), "{err:?}");
+}
+
+/// A store on the shared Redis under its own prefix, with `tune` applied to its configuration.
+async fn tuned_store(tune: impl FnOnce(&mut RedisConfig)) -> Option<(RedisStore, Cleanup)> {
+    let url = common::redis_url();
+    let prefix = common::unique_prefix();
+    let mut cfg = RedisConfig::new(url.clone());
+    cfg.key_prefix = prefix.clone();
+    tune(&mut cfg);
+    let store = require_service(RedisStore::connect(cfg).await, common::WHAT_TO_START)?;
+    Some((store, Cleanup { url, prefix }))
+}
+
+fn raw_conn() -> redis::Connection {
+    redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_duplicates_outlive_a_short_retention_and_a_small_cap() {
+    // The history is kept past the record by the retention (1 s) even though the TTL (1.5 s) is
+    // longer, and the two duplicates push the completion out of a 2-row cap.
+    let Some((store, _cleanup)) = tuned_store(|cfg| {
+        cfg.history_retention = Duration::from_secs(1);
+        cfg.history_per_event = std::num::NonZeroUsize::new(2).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let key = Key::parse("src", "late-1").unwrap();
+    let req = || {
+        ClaimRequest::new(
+            key.clone(),
+            Duration::from_secs(60),
+            Duration::from_millis(1_500),
+        )
+    };
+    let ClaimOutcome::Claimed { token, .. } = store.claim(req()).await.unwrap() else {
+        panic!("first claim");
+    };
+    store.complete(&token).await.unwrap();
+    for _ in 0..2 {
+        let dup = store.claim(req()).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+    }
+    assert_eq!(
+        store.lookup(&key).await.unwrap().history.len(),
+        2,
+        "the cap holds"
+    );
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let late = store
+        .claim(req().late_duplicates(idemgate_core::LateDuplicates::Reject))
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, ClaimOutcome::LateDuplicate { .. }),
+        "expected LateDuplicate, got {late:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_stepped_back_gives_a_zero_gap_not_an_unreadable_row() {
+    let Some((store, cleanup)) = tuned_store(|_| {}).await else {
+        return;
+    };
+    // A done record first received a minute from now by this server's clock, as after a
+    // failover to a server whose clock is behind.
+    let mut con = raw_conn();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let now = secs * 1_000 + micros / 1_000;
+    let (ahead, expires) = (now + 60_000, now + 600_000);
+    let event = format!("{}{{src/ahead}}:e", cleanup.prefix);
+    redis::cmd("HSET")
+        .arg(&event)
+        .arg("r")
+        .arg(format!("d|1|0000000000000001||{ahead}||{expires}"))
+        .arg("n")
+        .arg(1)
+        .arg("h1")
+        .arg(format!("claimed|1|1|{ahead}||"))
+        .arg("f")
+        .arg(ahead)
+        .arg("p")
+        .arg(1)
+        .query::<()>(&mut con)
+        .unwrap();
+    redis::cmd("PEXPIREAT")
+        .arg(&event)
+        .arg(expires)
+        .query::<()>(&mut con)
+        .unwrap();
+    let key = Key::parse("src", "ahead").unwrap();
+    let dup = store
+        .claim(ClaimRequest::new(
+            key.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
+        .await
+        .unwrap();
+    assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+    let view = store.lookup(&key).await.expect("history stays readable");
+    assert_eq!(view.history.last().unwrap().gap, Some(Duration::ZERO));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_stream_that_fails_never_fails_the_claim() {
+    let Some((store, cleanup)) = tuned_store(|_| {}).await else {
+        return;
+    };
+    // Something else holds the stream's key, so every XADD to it fails.
+    let mut con = raw_conn();
+    let stream = format!("{}{{src}}:s", cleanup.prefix);
+    redis::cmd("SET")
+        .arg(&stream)
+        .arg("not a stream")
+        .query::<()>(&mut con)
+        .unwrap();
+    let key = Key::parse("src", "streamless").unwrap();
+    let req = ClaimRequest::new(
+        key.clone(),
+        Duration::from_secs(60),
+        Duration::from_secs(600),
+    );
+    let ClaimOutcome::Claimed { token, .. } = store.claim(req).await.unwrap() else {
+        panic!("the claim must win");
+    };
+    let event = format!("{}{{src/streamless}}:e", cleanup.prefix);
+    let ttl: i64 = redis::cmd("PTTL").arg(&event).query(&mut con).unwrap();
+    assert!(ttl > 600_000, "the event keeps its expiry: {ttl}");
+    store.complete(&token).await.unwrap();
+    let view = store.lookup(&key).await.unwrap();
+    assert_eq!(view.history.len(), 2);
 }

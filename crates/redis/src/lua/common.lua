@@ -4,20 +4,28 @@
 --   r      the record: state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at
 --   n      history rows written so far
 --   h<i>   history row i (from 1): outcome|processed|attempt|at|gap|fingerprint
+--   f      when the first row was written (the event's first receipt, as history knows it)
+--   p      "1" when the last row that is processed or released is processed, "0" when it is
+--          released, absent before either (idemgate_core::Prior, kept whole however many rows
+--          the cap drops)
 -- state is "p" (processing) or "d" (done); nonce is 16 hex digits; fingerprint is 64 hex digits
 -- or empty; times are milliseconds since the Unix epoch by this server's clock; lease_until is
 -- empty once done. processed is 1 when, as of the row, the event counts as processed (a
 -- completion, a claim in mark-on-receipt mode, a rejected late duplicate), else 0; attempt, gap
 -- and fingerprint may be empty.
 --
--- Only the last ARGV[2] rows are kept. The hash expires at max(now + history retention, the
--- record's expires_at), set whenever a record is made; a record past its expires_at is absent to
--- every script and stays only as an inert field until a claim replaces it or the hash expires.
+-- Only the last ARGV[2] rows are kept. Whenever a record is made, the hash's expiry is set to the
+-- record's expires_at plus the history retention, so history outlives every record by the
+-- retention and can tell a late duplicate. A record past its expires_at is absent to every
+-- script and stays only as an inert field until a claim replaces it or the hash expires.
 -- Keeping the record and the history in one hash makes a first claim one read and one write.
 --
 -- Every script takes ARGV[1] = history retention (ms), ARGV[2] = rows kept per event. When
 -- KEYS[2] is given (a standalone server), each history row is also added to the source's capped
--- stream KEYS[2]: ARGV[3] = its approximate MAXLEN, ARGV[4] = the event id.
+-- stream KEYS[2]: ARGV[3] = its approximate MAXLEN, ARGV[4] = the event id. That addition is
+-- best-effort: its failure never fails the script, only sets stream_failed.
+
+local stream_failed = false
 
 local function server_now()
   local t = redis.call('TIME')
@@ -49,9 +57,10 @@ local function parse(value)
 end
 
 -- The event's live record (nil when absent or expired by `now`: a record at its expires_at
--- already counts as absent) and how many history rows it has had.
+-- already counts as absent), how many history rows it has had, and what its history says of it
+-- (idemgate_core::Prior: nil without history).
 local function load(now)
-  local got = redis.call('HMGET', KEYS[1], 'r', 'n')
+  local got = redis.call('HMGET', KEYS[1], 'r', 'n', 'f', 'p')
   local rec = parse(got[1])
   if rec and rec.err then
     return rec
@@ -59,7 +68,19 @@ local function load(now)
   if rec and now >= rec.expires_at then
     rec = nil
   end
-  return rec, tonumber(got[2]) or 0
+  local prior = nil
+  if got[3] then
+    prior = {first_seen = tonumber(got[3]), processed = got[4] == '1'}
+  end
+  return rec, tonumber(got[2]) or 0, prior
+end
+
+-- Milliseconds from `from` to `now`, never negative (a clock stepped back reads as no time).
+local function since(now, from)
+  if now > from then
+    return now - from
+  end
+  return 0
 end
 
 local function encode(rec)
@@ -71,8 +92,9 @@ local function encode(rec)
     ms(rec.first_seen) .. '|' .. lease .. '|' .. ms(rec.expires_at)
 end
 
--- Writes history row n + 1 (and `rec` as the record, when given) in one HSET, drops the row that
--- falls off the cap, and copies the row to the source's stream when the script was given it.
+-- Writes history row n + 1 (and `rec` as the record, when given) in one HSET, with the fields
+-- that summarise the history, drops the row that falls off the cap, and adds the row to the
+-- source's stream when the script was given it.
 local function write(n, now, outcome, processed, attempt, gap, fp, rec)
   local i = n + 1
   local a, g, p = '', '', '0'
@@ -86,18 +108,30 @@ local function write(n, now, outcome, processed, attempt, gap, fp, rec)
     p = '1'
   end
   local row = outcome .. '|' .. p .. '|' .. a .. '|' .. ms(now) .. '|' .. g .. '|' .. fp
+  local fields = {'n', ms(i), 'h' .. ms(i), row}
   if rec then
-    redis.call('HSET', KEYS[1], 'r', encode(rec), 'n', ms(i), 'h' .. ms(i), row)
-  else
-    redis.call('HSET', KEYS[1], 'n', ms(i), 'h' .. ms(i), row)
+    fields[#fields + 1] = 'r'
+    fields[#fields + 1] = encode(rec)
   end
+  if n == 0 then
+    fields[#fields + 1] = 'f'
+    fields[#fields + 1] = ms(now)
+  end
+  if processed or outcome == 'released' then
+    fields[#fields + 1] = 'p'
+    fields[#fields + 1] = p
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
   local cap = tonumber(ARGV[2])
   if i > cap then
     redis.call('HDEL', KEYS[1], 'h' .. ms(i - cap))
   end
   if KEYS[2] then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[4], 'outcome', outcome,
-      'attempt', a, 'gap_ms', g)
+    local added = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[4],
+      'outcome', outcome, 'attempt', a, 'gap_ms', g)
+    if type(added) == 'table' and added.err then
+      stream_failed = true
+    end
   end
 end
 
@@ -122,27 +156,4 @@ local function rows(n)
     end
   end
   return out
-end
-
--- What history says of an event whose record is absent (idemgate_core::Prior): its first receipt
--- (the oldest row kept) and whether it counts as processed (the last row that is processed or
--- released is processed). nil without history.
-local function prior(n)
-  local kept = rows(n)
-  if #kept == 0 then
-    return nil
-  end
-  local first_seen = tonumber(string.match(kept[1], '^[%a_]+|[01]|%d*|(%d+)|'))
-  local processed = false
-  for i = #kept, 1, -1 do
-    local outcome, p = string.match(kept[i], '^([%a_]+)|([01])|')
-    if p == '1' then
-      processed = true
-      break
-    end
-    if outcome == 'released' then
-      break
-    end
-  end
-  return {first_seen = first_seen, processed = processed}
 end
