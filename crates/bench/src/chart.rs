@@ -83,15 +83,16 @@ fn panel(
     let (left, right, top, bottom) = (80.0, 250.0, offset + 10.0, 60.0);
     let plot_w = w - left - right;
     let plot_h = h - 10.0 - bottom;
-    let max = p
+    let highest = p
         .series
         .iter()
         .flat_map(|(_, ys)| ys.iter().copied())
         .chain(p.y_mark.map(|(v, _)| v))
-        .fold(0.0f64, f64::max)
-        .max(1.0)
-        * 1.1;
-    let decimals = if max < 10.0 { 1 } else { 0 };
+        .fold(0.0f64, f64::max);
+    let tick = nice_step(highest * 1.05 / 5.0);
+    let ticks = (highest * 1.05 / tick).ceil().max(1.0) as usize;
+    let max = tick * ticks as f64;
+    let decimals = if tick < 1.0 { 1 } else { 0 };
     let x = |i: usize| {
         left + if xs.len() > 1 {
             plot_w * i as f64 / (xs.len() - 1) as f64
@@ -108,8 +109,8 @@ fn panel(
         top + plot_h,
         top + plot_h
     );
-    for t in 0..=5 {
-        let v = max / 5.0 * t as f64;
+    for t in 0..=ticks {
+        let v = tick * t as f64;
         let _ = writeln!(
             out,
             r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{v:.decimals$}</text>"##,
@@ -198,9 +199,32 @@ fn panel(
     }
 }
 
+/// The step of y ticks: 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let ten = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * ten)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * ten)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn y_ticks_are_round() {
+        assert_eq!(nice_step(8_552.0), 10_000.0);
+        assert_eq!(nice_step(1_700.0), 2_000.0);
+        assert_eq!(nice_step(12.0), 20.0);
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(5.0), 5.0);
+        assert_eq!(nice_step(0.0), 1.0);
+    }
 
     #[test]
     fn panels_stack_and_thin_their_labels() {

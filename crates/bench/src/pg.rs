@@ -41,6 +41,31 @@ pub async fn drop_schema(admin: &tokio_postgres::Client, schema: &str) -> anyhow
         .with_context(|| format!("cannot drop schema {schema}"))
 }
 
+/// Whether a scenario stands in for autovacuum (VACUUM / ANALYZE of its own tables at set
+/// points). A server without autovacuum never analyzes, and the claim statement then keeps plans
+/// made against empty tables (in partitioned mode, against an empty current partition) that read
+/// a whole table on every batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Maintenance {
+    /// When the server's autovacuum is off.
+    Auto,
+    Always,
+    Never,
+}
+
+impl Maintenance {
+    /// The server's `autovacuum` setting and whether to stand in for it.
+    pub async fn resolve(self, admin: &tokio_postgres::Client) -> anyhow::Result<(String, bool)> {
+        let autovacuum: String = admin.query_one("SHOW autovacuum", &[]).await?.get(0);
+        let stand_in = match self {
+            Self::Auto => autovacuum != "on",
+            Self::Always => true,
+            Self::Never => false,
+        };
+        Ok((autovacuum, stand_in))
+    }
+}
+
 /// Resolves on ctrl-c or SIGTERM, with the error to stop the scenario with (its schemas are
 /// still dropped).
 pub async fn interrupted() -> anyhow::Error {
