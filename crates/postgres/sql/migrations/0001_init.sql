@@ -357,14 +357,20 @@ BEGIN
                CASE WHEN f.rcpt THEN NULL ELSE v_now + f.lease_ms * interval '1 ms' END,
                v_now + f.ttl_ms * interval '1 ms'
           FROM firsts f
-         WHERE (NOT v_partitioned
-                OR NOT EXISTS (SELECT 1 FROM dedup x
-                                WHERE x.source = f.s AND x.event_id = f.e
-                                  AND x.expires_at > v_now))
-           -- A key with any history may be a late duplicate: claim_one decides.
-           AND (f.late = 'off'
-                OR NOT EXISTS (SELECT 1 FROM history h
-                                WHERE h.source = f.s AND h.event_id = f.e))
+               -- Partitioned mode: a live record in another partition (the key's uniqueness
+               -- across partitions is the advisory lock's, above).
+               LEFT JOIN LATERAL (SELECT 1 AS hit FROM dedup x
+                                   WHERE v_partitioned AND x.source = f.s AND x.event_id = f.e
+                                     AND x.expires_at > v_now
+                                   LIMIT 1) live ON true
+               -- A key with any history may be a late duplicate: claim_one decides.
+               LEFT JOIN LATERAL (SELECT 1 AS hit FROM history h
+                                   WHERE f.late <> 'off' AND h.source = f.s AND h.event_id = f.e
+                                   LIMIT 1) seen ON true
+         -- Lateral probes, not NOT EXISTS under OR: that becomes a subplan the planner may hash
+         -- (reading the whole table on every batch) when the tables looked empty at planning,
+         -- and the generic plan keeps it.
+         WHERE live.hit IS NULL AND seen.hit IS NULL
          ORDER BY f.s COLLATE "C", f.e COLLATE "C"
         ON CONFLICT DO NOTHING
         RETURNING d.source, d.event_id, d.nonce, d.fingerprint, d.state, d.expires_at
