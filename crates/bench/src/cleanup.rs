@@ -20,6 +20,7 @@
 //! the longest lock wait seen (`pg_locks.waitstart` of this scenario's backends, polled every
 //! 50 ms), WAL written from the cleanup's start to its end, and dead tuples left right after.
 
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +90,12 @@ pub struct Args {
         default_value = "delete,sweeper,partitions"
     )]
     methods: Vec<Method>,
+    /// The batched sweeper's rows per batch (the store's `sweep_batch`).
+    #[arg(long, default_value_t = 5_000)]
+    sweep_batch: u32,
+    /// The batched sweeper's pause between batches (the store's `sweep_pause`).
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    sweep_pause: Duration,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -121,9 +128,13 @@ impl Method {
         }
     }
 
-    fn expiry(self) -> Expiry {
+    fn expiry(self, args: &Args) -> Expiry {
         match self {
-            Self::Delete | Self::Sweeper => Expiry::batched(),
+            Self::Delete => Expiry::batched(),
+            Self::Sweeper => Expiry::Batched {
+                batch: NonZeroU32::new(args.sweep_batch).unwrap_or(NonZeroU32::MIN),
+                pause: args.sweep_pause,
+            },
             Self::Partitions => Expiry::partitioned(),
         }
     }
@@ -337,7 +348,7 @@ async fn run_method(
     stand_in: bool,
 ) -> anyhow::Result<Outcome> {
     let url = with_app_name(&args.postgres, APP);
-    let store = crate::pg::store(&url, schema, method.expiry()).await?;
+    let store = crate::pg::store(&url, schema, method.expiry(args)).await?;
     let admin = admin(&url).await?;
     load_expired(&admin, schema, method, args.rows).await?;
 
@@ -389,7 +400,7 @@ async fn run_method(
         let lsn1 = wal_lsn(&admin).await?;
         phase.finish("");
 
-        let detail = clean(&admin, &store, schema, method, args.rows).await?;
+        let detail = clean(args, &admin, &store, schema, method, args.rows).await?;
         let cleanup_to = origin.elapsed();
         let lsn2 = wal_lsn(&admin).await?;
         let cleanup = cleanup_to - cleanup_from;
@@ -607,6 +618,7 @@ async fn load_expired(
 
 /// Runs the method's cleanup once, to its end; what it did, in words.
 async fn clean(
+    args: &Args,
     admin: &tokio_postgres::Client,
     store: &PgStore,
     schema: &str,
@@ -655,8 +667,11 @@ async fn clean(
             }
             Ok(match method {
                 Method::Sweeper => format!(
-                    "deleted {} rows in {} batches of at most 5000 (50 ms apart)",
-                    report.rows, report.batches
+                    "deleted {} rows in {} batches of at most {} ({} apart)",
+                    report.rows,
+                    report.batches,
+                    args.sweep_batch,
+                    humantime::format_duration(args.sweep_pause)
                 ),
                 _ => format!(
                     "dropped {} partition(s) ({}), deleted {} rows",
