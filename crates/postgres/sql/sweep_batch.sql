@@ -1,4 +1,4 @@
--- One bounded sweep batch (batched mode: a plain table): at most $1 expired rows, oldest first
+-- One bounded sweep batch in batched mode (one plain table, so tuple ids are unique): at most $1 expired rows, oldest first
 -- along dedup_expires_at, skipping rows a claim holds right now. One short transaction; never an
 -- unbounded DELETE. The rows are deleted by their tuple ids, which the lock taken here keeps
 -- valid until the DELETE: one heap fetch per row instead of a primary-key probe.

@@ -26,6 +26,7 @@ const RELEASE: &str = include_str!("../sql/release.sql");
 const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
 const LOOKUP_HISTORY: &str = include_str!("../sql/lookup_history.sql");
 const SWEEP_BATCH: &str = include_str!("../sql/sweep_batch.sql");
+const SWEEP_BATCH_PARTITIONED: &str = include_str!("../sql/sweep_batch_partitioned.sql");
 const STATS_SOURCES: &str = include_str!("../sql/stats_sources.sql");
 const STATS_TOTALS: &str = include_str!("../sql/stats_totals.sql");
 
@@ -301,8 +302,12 @@ impl Sweep for PgStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         const CONTEXT: &str = "deleting a batch of expired records";
         let client = self.inner.db.client().await?;
+        let sql = match self.inner.db.cfg.expiry {
+            crate::Expiry::Batched { .. } => SWEEP_BATCH,
+            crate::Expiry::Partitioned { .. } => SWEEP_BATCH_PARTITIONED,
+        };
         let stmt = client
-            .prepare_cached(SWEEP_BATCH)
+            .prepare_cached(sql)
             .await
             .map_err(PgError::db(CONTEXT))?;
         let rows = client

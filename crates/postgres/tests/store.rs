@@ -337,6 +337,35 @@ async fn expired_dedup_partitions_are_dropped_whole() {
     ));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_sweep_batch_deletes_only_expired_rows_of_every_partition() {
+    let Some(store) = TestStore::new(Expiry::Partitioned {
+        width: Duration::from_secs(1),
+    })
+    .await
+    else {
+        return;
+    };
+    // The first row of each partition sits at the same tuple id: a sweep that deleted by tuple
+    // id alone would take the live one with the expired one.
+    let (short, long) = (key(), key());
+    store
+        .claim(req(&short, Duration::from_millis(200)))
+        .await
+        .unwrap();
+    store
+        .claim(req(&long, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let deleted = idemgate_core::Sweep::sweep_expired(&store, NonZeroU32::new(10).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(store.lookup(&short).await.unwrap().record.is_none());
+    assert!(store.lookup(&long).await.unwrap().record.is_some());
+}
+
 #[tokio::test]
 async fn a_ttl_beyond_the_partitions_ahead_creates_its_partition() {
     let Some(store) = TestStore::new(common::partitioned_hourly()).await else {
