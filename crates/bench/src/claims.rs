@@ -16,14 +16,8 @@ use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PostgreSQL for the PostgreSQL engines and the plain statement (schemas of their own are
-    /// created and dropped).
-    #[arg(
-        long,
-        env = "IDEMGATE_TEST_POSTGRES",
-        default_value = "postgres://root@localhost/test"
-    )]
-    postgres: String,
+    #[command(flatten)]
+    postgres: crate::pg::Postgres,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5)]
     secs: u64,
@@ -101,7 +95,7 @@ fn claim_op<S: ClaimStore + Clone + 'static>(
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let secs = Duration::from_secs(args.secs);
-    let admin = admin(&args.postgres).await?;
+    let admin = admin(&args.postgres.url).await?;
     let tag = std::process::id();
     let (plain, batched, partitioned) = (
         format!("bench_plain_{tag}"),
@@ -207,7 +201,7 @@ async fn measure(
     let dir = tempfile::tempdir()?;
     let sqlite = idemgate_sqlite::SqliteStore::open(dir.path())?;
     let pg = |schema: &str, expiry| {
-        let mut cfg = idemgate_postgres::PgConfig::new(args.postgres.clone());
+        let mut cfg = idemgate_postgres::PgConfig::new(args.postgres.url.clone());
         cfg.schema = schema.to_owned();
         cfg.expiry = expiry;
         idemgate_postgres::PgStore::connect(cfg)
@@ -231,7 +225,7 @@ async fn measure(
                 "idemgate-postgres partitioned" => {
                     timed(callers, secs, claim_op(pg_partitioned.clone(), run)).await?
                 }
-                _ => plain_statement(&args.postgres, plain, callers, secs, run).await?,
+                _ => plain_statement(&args.postgres.url, plain, callers, secs, run).await?,
             };
             out.push(Measured {
                 engine,

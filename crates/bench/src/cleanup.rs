@@ -58,13 +58,8 @@ const DROP_P99_RATIO: f64 = 1.1;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PostgreSQL (a schema of its own per method is created and dropped).
-    #[arg(
-        long,
-        env = "IDEMGATE_TEST_POSTGRES",
-        default_value = "postgres://root@localhost/test"
-    )]
-    postgres: String,
+    #[command(flatten)]
+    postgres: crate::pg::Postgres,
     /// Expired rows in the table when cleanup starts.
     #[arg(long, default_value_t = 2_000_000)]
     rows: u64,
@@ -178,7 +173,7 @@ impl Outcome {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.callers > 0, "--callers must be at least 1");
     anyhow::ensure!(args.idle > 0, "--idle must be at least 1");
-    let admin = admin(&args.postgres).await?;
+    let admin = admin(&args.postgres.url).await?;
     let (autovacuum, stand_in) = args.maintenance.resolve(&admin).await?;
     let tag = std::process::id();
     let mut outcomes = Vec::new();
@@ -347,7 +342,7 @@ async fn run_method(
     schema: &str,
     stand_in: bool,
 ) -> anyhow::Result<Outcome> {
-    let url = with_app_name(&args.postgres, APP);
+    let url = with_app_name(&args.postgres.url, APP);
     let store = crate::pg::store(&url, schema, method.expiry(args)).await?;
     let admin = admin(&url).await?;
     load_expired(&admin, schema, method, args.rows).await?;

@@ -33,13 +33,8 @@ pub struct Args {
     /// Which store the gateway runs on.
     #[arg(long, value_enum, default_value = "both")]
     store: StoreArg,
-    /// PostgreSQL for `--store postgres` (a schema of its own is created and dropped).
-    #[arg(
-        long,
-        env = "IDEMGATE_TEST_POSTGRES",
-        default_value = "postgres://root@localhost/test"
-    )]
-    postgres: String,
+    #[command(flatten)]
+    postgres: crate::pg::Postgres,
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
@@ -149,13 +144,13 @@ async fn raw_claims(store: &str, args: &Args) -> anyhow::Result<f64> {
         }
         _ => {
             let schema = schema("bench_raw");
-            let mut cfg = idemgate_postgres::PgConfig::new(args.postgres.clone());
+            let mut cfg = idemgate_postgres::PgConfig::new(args.postgres.url.clone());
             cfg.schema = schema.clone();
             let s = idemgate_postgres::PgStore::connect(cfg)
                 .await
                 .context("PostgreSQL for the raw claims")?;
             let result = drive(s, args.requests, args.connections).await;
-            drop_schema(&args.postgres, &schema).await?;
+            drop_schema(&args.postgres.url, &schema).await?;
             result
         }
     }
@@ -277,7 +272,7 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
         ),
         _ => format!(
             "[store]\nkind = \"postgres\"\nurl = {:?}\n[store.postgres]\nschema = {pg_schema:?}\n",
-            args.postgres
+            args.postgres.url
         ),
     };
     let config = format!(
@@ -353,7 +348,7 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
     child.start_kill()?;
     let _ = child.wait().await;
     if store != "sqlite" {
-        drop_schema(&args.postgres, &pg_schema).await?;
+        drop_schema(&args.postgres.url, &pg_schema).await?;
     }
     Ok(GatewayRun {
         rps: args.requests as f64 / elapsed.as_secs_f64(),

@@ -37,13 +37,8 @@ const FLAT_TARGET: f64 = 0.10;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PostgreSQL (a schema of its own per way is created and dropped).
-    #[arg(
-        long,
-        env = "IDEMGATE_TEST_POSTGRES",
-        default_value = "postgres://root@localhost/test"
-    )]
-    postgres: String,
+    #[command(flatten)]
+    postgres: crate::pg::Postgres,
     /// Claims per way (distinct new keys), for example 50000000 for a long run.
     #[arg(long, default_value_t = 5_000_000)]
     arrivals: u64,
@@ -153,7 +148,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.arrivals / 10
         })
         .max(1);
-    let admin = admin(&args.postgres).await?;
+    let admin = admin(&args.postgres.url).await?;
     let (autovacuum, stand_in) = args.maintenance.resolve(&admin).await?;
     let tag = std::process::id();
     let mut results = Vec::new();
@@ -296,9 +291,9 @@ async fn run_way(
     step: u64,
     stand_in: bool,
 ) -> anyhow::Result<Vec<Step>> {
-    let url = with_app_name(&args.postgres, "idemgate-bench-growth");
+    let url = with_app_name(&args.postgres.url, "idemgate-bench-growth");
     let store = crate::pg::store(&url, schema, Expiry::batched()).await?;
-    let admin = admin(&args.postgres).await?;
+    let admin = admin(&args.postgres.url).await?;
     let (ttl, sweeper) = match way {
         Way::Ttl => (
             args.ttl,

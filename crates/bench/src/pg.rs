@@ -4,6 +4,18 @@
 use anyhow::Context;
 use idemgate_postgres::{Expiry, PgConfig, PgStore};
 
+/// The PostgreSQL a scenario runs against. Each run works in schemas of its own and drops them.
+#[derive(Debug, clap::Args)]
+pub struct Postgres {
+    /// PostgreSQL URL (schemas of the run's own are created and dropped).
+    #[arg(
+        long = "postgres",
+        env = "IDEMGATE_TEST_POSTGRES",
+        default_value = "postgres://root@localhost/test"
+    )]
+    pub url: String,
+}
+
 /// A plain connection for setup, measurement queries and cleanup.
 pub async fn admin(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)

@@ -276,15 +276,13 @@ async fn one_key_across_a_partition_boundary_is_claimed_once() {
     assert_eq!(rows, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_dedup_partitions_are_dropped_whole() {
-    let Some(store) = TestStore::new(Expiry::Partitioned {
+/// A partitioned store of one-second partitions holding a record that expires in 200 ms and
+/// one that lives 30 s, in different partitions; `None` (skip) without a server.
+async fn short_and_long_records() -> Option<(TestStore, Key, Key)> {
+    let store = TestStore::new(Expiry::Partitioned {
         width: Duration::from_secs(1),
     })
-    .await
-    else {
-        return;
-    };
+    .await?;
     let (short, long) = (key(), key());
     store
         .claim(req(&short, Duration::from_millis(200)))
@@ -294,6 +292,14 @@ async fn expired_dedup_partitions_are_dropped_whole() {
         .claim(req(&long, Duration::from_secs(30)))
         .await
         .unwrap();
+    Some((store, short, long))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_dedup_partitions_are_dropped_whole() {
+    let Some((store, short, long)) = short_and_long_records().await else {
+        return;
+    };
     let client = common::raw(&store.guard.schema).await;
     let partition_of = |event_id: String| {
         let client = &client;
@@ -339,24 +345,11 @@ async fn expired_dedup_partitions_are_dropped_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_sweep_batch_deletes_only_expired_rows_of_every_partition() {
-    let Some(store) = TestStore::new(Expiry::Partitioned {
-        width: Duration::from_secs(1),
-    })
-    .await
-    else {
-        return;
-    };
     // The first row of each partition sits at the same tuple id: a sweep that deleted by tuple
     // id alone would take the live one with the expired one.
-    let (short, long) = (key(), key());
-    store
-        .claim(req(&short, Duration::from_millis(200)))
-        .await
-        .unwrap();
-    store
-        .claim(req(&long, Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let Some((store, short, long)) = short_and_long_records().await else {
+        return;
+    };
     tokio::time::sleep(Duration::from_millis(400)).await;
     let deleted = idemgate_core::Sweep::sweep_expired(&store, NonZeroU32::new(10).unwrap())
         .await
