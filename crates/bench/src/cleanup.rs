@@ -643,10 +643,10 @@ async fn clean(
             let phase = (method == Method::Partitions)
                 .then(|| Progress::phase("cleanup, partition drop: running"));
             let mut deleted = 0;
-            // A token nobody cancels: the run goes to its end. (Its type, tokio-util's, is
-            // inferred from sweep_run's signature.)
+            // A token nobody cancels: the run goes to its end.
+            let never = idemgate_postgres::CancellationToken::new();
             let report = store
-                .sweep_run(&Default::default(), |n| {
+                .sweep_run(&never, |n| {
                     deleted += n;
                     if let Some(p) = &progress {
                         p.set(deleted);

@@ -461,10 +461,8 @@ struct Sweeper {
 
 impl Sweeper {
     fn start(store: PgStore, every: Duration) -> Self {
-        // The cancellation token's type (tokio-util's) is inferred from spawn_sweeper's
-        // signature, so this crate needs no dependency of its own on tokio-util.
-        let cancel = Default::default();
-        let handle = idemgate_postgres::spawn_sweeper(store, every, Clone::clone(&cancel));
+        let cancel = idemgate_postgres::CancellationToken::new();
+        let handle = idemgate_postgres::spawn_sweeper(store, every, cancel.clone());
         Self {
             handle,
             stop: Box::new(move || cancel.cancel()),

@@ -34,3 +34,5 @@ pub use error::PgError;
 pub use migrate::{MigrateReport, SCHEMA_VERSION, migrate};
 pub use store::PgStore;
 pub use sweeper::{MaintenanceReport, SweepRunReport, spawn_sweeper};
+/// What stops a sweep run or the sweeper task ([`PgStore::sweep_run`], [`spawn_sweeper`]).
+pub use tokio_util::sync::CancellationToken;
