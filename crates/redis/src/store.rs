@@ -510,17 +510,15 @@ impl RedisStore {
                 };
                 for (key, pair) in page.iter().zip(answers.chunks(2)) {
                     let [fields, len] = pair else { continue };
-                    let (record, n, f, p): (Option<String>, Option<u64>, Option<u64>, Option<u8>) =
+                    // r, n, f and p: the fields beside the rows (see `lua/common.lua`).
+                    let mut fields: Vec<Option<String>> =
                         redis::from_redis_value(fields.clone())
                             .map_err(|e| RedisError::command("HMGET")(e.into()))?;
                     let len: u64 = redis::from_redis_value(len.clone())
                         .map_err(|e| RedisError::command("HLEN")(e.into()))?;
-                    // The fields beside the rows (see `lua/common.lua`).
-                    let fixed = [record.is_some(), n.is_some(), f.is_some(), p.is_some()]
-                        .into_iter()
-                        .map(u64::from)
-                        .sum::<u64>();
+                    let fixed = fields.iter().filter(|f| f.is_some()).count() as u64;
                     stats.history_rows += len.saturating_sub(fixed);
+                    let record = fields.first_mut().and_then(Option::take);
                     let (Some(source), Some(text)) = (keys.source_of(key), record) else {
                         continue;
                     };
