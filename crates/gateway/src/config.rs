@@ -57,6 +57,12 @@ pub struct Config {
     /// Where the gateway listens.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// This gateway's instance name, recorded with every claim it takes, so that after a crash
+    /// the restarted process frees its own earlier claims at once instead of waiting out their
+    /// leases. Every gateway running at the same time on one store needs its own name; the
+    /// default, `{host name}-{listen port}`, is stable across restarts and distinct on one host.
+    /// 1 to 64 characters of ASCII letters, digits, `.`, `_` and `-`.
+    pub instance: Option<String>,
     /// Bearer tokens accepted by `/v1` and by sources with `provider = "none"`.
     #[serde(default)]
     pub api_tokens: Vec<String>,
@@ -570,6 +576,14 @@ impl Config {
                 why: "required when store.kind = \"postgres\"".into(),
             });
         }
+        if let Some(name) = &self.instance
+            && let Err(why) = check_instance(name)
+        {
+            return Err(ConfigError::Global {
+                key: "instance",
+                why,
+            });
+        }
         if self.limits.body_limit == 0 {
             return Err(ConfigError::Global {
                 key: "limits.body_limit",
@@ -583,6 +597,21 @@ impl Config {
             });
         }
         Ok(())
+    }
+}
+
+/// The instance-name rule: 1 to 64 characters of ASCII letters, digits, `.`, `_` and `-`.
+fn check_instance(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not an instance name: use 1 to 64 characters of ASCII letters, digits, '.', '_' and '-'"
+        ))
     }
 }
 
