@@ -11,7 +11,7 @@ use idemgate_core::EventId;
 
 use crate::error::VerifyError;
 use crate::util::{
-    Keyed, header, hex_decode, hex_encode, malformed, optional_header, require_match,
+    Keyed, event_id_header_text, header, hex_decode, hex_encode, malformed, require_match,
 };
 
 /// The header carrying the signature.
@@ -44,12 +44,12 @@ pub(crate) fn check(keys: &[Keyed], headers: &HeaderMap, body: &[u8]) -> Result<
 }
 
 pub(crate) fn event_id(headers: &HeaderMap) -> Result<EventId, VerifyError> {
-    let delivery = optional_header(headers, &DELIVERY_HEADER)?
+    let delivery = event_id_header_text(headers, &DELIVERY_HEADER)?
         .filter(|d| !d.is_empty())
         .ok_or_else(|| VerifyError::MissingEventId {
             location: format!("header {DELIVERY_HEADER}"),
         })?;
-    let id = match optional_header(headers, &HOOK_ID_HEADER)?.filter(|h| !h.is_empty()) {
+    let id = match event_id_header_text(headers, &HOOK_ID_HEADER)?.filter(|h| !h.is_empty()) {
         Some(hook) => format!("{hook}:{delivery}"),
         None => delivery.to_owned(),
     };

@@ -278,18 +278,40 @@ pub(crate) fn event_id_from_body(body: &[u8], pointer: &str) -> Result<EventId, 
 /// Reads the event id from a header.
 ///
 /// # Errors
-/// [`VerifyError::MissingEventId`] when absent, [`VerifyError::MalformedHeader`] when not UTF-8,
-/// [`VerifyError::InvalidEventId`] when [`EventId::new`] refuses it.
+/// [`VerifyError::MissingEventId`] when absent, [`VerifyError::InvalidEventId`] when not UTF-8 or
+/// when [`EventId::new`] refuses it.
 pub(crate) fn event_id_from_header(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<EventId, VerifyError> {
-    match optional_header(headers, name)? {
+    match event_id_header_text(headers, name)? {
         None => Err(VerifyError::MissingEventId {
             location: format!("header {name}"),
         }),
         Some(id) => EventId::new(id).map_err(VerifyError::InvalidEventId),
     }
+}
+
+/// A header that carries (part of) an event id, as text; `None` when absent. The sender is
+/// already authenticated when this is read, so a value that is not UTF-8 is a bad event id
+/// (400), not a bad signature.
+///
+/// # Errors
+/// [`VerifyError::InvalidEventId`] when the value is not UTF-8.
+pub(crate) fn event_id_header_text<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a str>, VerifyError> {
+    headers
+        .get(name)
+        .map(|v| {
+            std::str::from_utf8(v.as_bytes()).map_err(|_| {
+                VerifyError::InvalidEventId(KeyError::EventId {
+                    why: format!("header {name} is not UTF-8"),
+                })
+            })
+        })
+        .transpose()
 }
 
 /// A header that lists `key=value` items: a timestamp and one or more hex signatures over
