@@ -268,6 +268,14 @@ pub struct Limits {
     /// Longest a request may take to arrive and be answered (slow bodies get 408).
     #[serde(default = "default_request_timeout", with = "human")]
     pub request_timeout: Duration,
+    /// Longest a client may take to send a request's headers, and longest a keep-alive
+    /// connection may sit idle between requests; then the connection is closed.
+    #[serde(default = "default_header_timeout", with = "human")]
+    pub header_timeout: Duration,
+    /// Most connections served at once; one more is answered 503 and closed at once. Default:
+    /// half the process's open-file limit less a reserve (each connection may forward over a
+    /// connection of its own).
+    pub max_connections: Option<std::num::NonZeroUsize>,
     /// On shutdown, how long in-flight requests may take to finish.
     #[serde(default = "default_shutdown_grace", with = "human")]
     pub shutdown_grace: Duration,
@@ -278,6 +286,8 @@ impl Default for Limits {
         Self {
             body_limit: default_body_limit(),
             request_timeout: default_request_timeout(),
+            header_timeout: default_header_timeout(),
+            max_connections: None,
             shutdown_grace: default_shutdown_grace(),
         }
     }
@@ -288,6 +298,9 @@ fn default_body_limit() -> usize {
 }
 fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
+}
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(15)
@@ -583,6 +596,17 @@ impl Config {
                 key: "instance",
                 why,
             });
+        }
+        for (key, d) in [
+            ("limits.request_timeout", self.limits.request_timeout),
+            ("limits.header_timeout", self.limits.header_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Global {
+                    key,
+                    why: "must be above zero".into(),
+                });
+            }
         }
         if self.limits.body_limit == 0 {
             return Err(ConfigError::Global {

@@ -45,6 +45,8 @@ pub enum AppError {
     Store(#[source] StoreError),
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    #[error("the request did not arrive and get its answer within {} s (limits.request_timeout)", timeout.as_secs_f64())]
+    Timeout { timeout: Duration },
 }
 
 impl AppError {
@@ -65,6 +67,7 @@ impl AppError {
             Self::ForwardTimeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "forward-timeout"),
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting-down"),
+            Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request-timeout"),
         }
     }
 
@@ -109,11 +112,15 @@ impl IntoResponse for AppError {
             HeaderValue::from_static("application/problem+json"),
         );
         headers.insert(OUTCOME, HeaderValue::from_static(kind));
-        if let Self::InFlight { retry_after } = &self {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after.as_secs().max(1)),
-            );
+        // When to come back: the lease's end for an event in flight; a second for a store that
+        // is failing or a gateway that is stopping (another instance, or this one restarted).
+        let retry_after = match &self {
+            Self::InFlight { retry_after } => Some(retry_after.as_secs().max(1)),
+            Self::Store(_) | Self::ShuttingDown => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

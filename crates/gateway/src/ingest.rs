@@ -18,7 +18,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemgate_core::store::ClaimStore;
 use idemgate_core::{ClaimMode, ClaimOutcome, ClaimToken, Fingerprint, Key};
 use idemgate_providers::{
     GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
@@ -28,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{ConfigError, OnConflict, SourceConfig};
 use crate::error::{AppError, ErrorChain, OUTCOME};
+use crate::finish::Finish;
 use crate::forward::{self, Delivery, Failure};
 use crate::{AppState, Source};
 
@@ -52,11 +52,13 @@ async fn receive(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, AppError> {
+    // The body first: an early refusal that leaves it unread would cost the sender its
+    // keep-alive connection (the guard layer refuses an announced oversized body before this).
+    let body = read_body(body, state.limits.body_limit).await?;
     let src = state.source(name)?;
     if src.needs_bearer() {
         state.authorize(headers)?;
     }
-    let body = read_body(body, state.limits.body_limit).await?;
     let verified = match src.verifier.verify(headers, &body, SystemTime::now()) {
         Ok(v) => v,
         Err(VerifyError::MissingEventId { .. })
@@ -110,7 +112,10 @@ async fn process(
 ) -> Result<Response, AppError> {
     let Some(url) = &src.forward_url else {
         if src.mode == ClaimMode::OnSuccess {
-            state.store.complete(&token).await?;
+            state
+                .finisher
+                .finish(&state.store, &token, Finish::Complete, src.policy.lease)
+                .await?;
         }
         return Ok(answer(
             StatusCode::OK,
@@ -118,7 +123,7 @@ async fn process(
             json!({ "outcome": "accepted", "attempt": token.attempt }),
         ));
     };
-    let guard = ReleaseOnDrop::new(state, &token);
+    let guard = ReleaseOnDrop::new(state, &token, src.policy.lease);
     let delivery = Delivery {
         key: &token.key,
         attempt: token.attempt,
@@ -128,11 +133,16 @@ async fn process(
     guard.disarm();
     match result {
         Ok(status) => {
-            if let Err(e) = state.store.complete(&token).await {
-                // The downstream has it; the claim was lost (lease lapsed and taken over, or
-                // expired). Acknowledge: the downstream's own Idempotency-Key check is the
-                // last line.
-                tracing::warn!(key = %token.key.source, error = %ErrorChain(&e), "forwarded, but the claim could not be completed");
+            // The downstream has it: the sender is told so, whatever the store says. A store
+            // that fails has the completion retried in the background until it takes it.
+            if let Err(e) = state
+                .finisher
+                .finish(&state.store, &token, Finish::Complete, src.policy.lease)
+                .await
+            {
+                // The claim was lost (its lease lapsed and another delivery took it over, or it
+                // expired): the downstream's own Idempotency-Key check is the last line.
+                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "forwarded, but the claim could not be completed");
             }
             Ok(answer(
                 StatusCode::OK,
@@ -141,8 +151,12 @@ async fn process(
             ))
         }
         Err(failure) => {
-            if let Err(e) = state.store.release(&token).await {
-                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release a failed forward's claim; its lease will lapse");
+            if let Err(e) = state
+                .finisher
+                .finish(&state.store, &token, Finish::Release, src.policy.lease)
+                .await
+            {
+                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release a failed forward's claim");
             }
             Err(match failure {
                 Failure::Status(status) => AppError::ForwardFailed { status },
@@ -201,7 +215,8 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, AppError> {
 
 fn verify_error(e: VerifyError) -> AppError {
     let kind = e.kind();
-    let detail = e.to_string();
+    // With its causes: "event id refused: header x-event-id is not UTF-8".
+    let detail = ErrorChain(&e).to_string();
     if e.status() == 401 {
         AppError::Signature { kind, detail }
     } else {
@@ -293,13 +308,13 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
 /// Releases a claim if dropped before [`ReleaseOnDrop::disarm`]: the request was cancelled while
 /// the downstream had the delivery.
 struct ReleaseOnDrop {
-    armed: Option<(AppState, ClaimToken)>,
+    armed: Option<(AppState, ClaimToken, std::time::Duration)>,
 }
 
 impl ReleaseOnDrop {
-    fn new(state: &AppState, token: &ClaimToken) -> Self {
+    fn new(state: &AppState, token: &ClaimToken, lease: std::time::Duration) -> Self {
         Self {
-            armed: Some((state.clone(), token.clone())),
+            armed: Some((state.clone(), token.clone(), lease)),
         }
     }
 
@@ -310,14 +325,11 @@ impl ReleaseOnDrop {
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        if let Some((state, token)) = self.armed.take() {
-            let releases = state.releases.clone();
-            releases.spawn(async move {
-                match state.store.release(&token).await {
-                    Ok(()) => tracing::info!(source = %token.key.source, attempt = token.attempt, "released the claim of a dropped request"),
-                    Err(e) => tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release the claim of a dropped request; its lease will lapse"),
-                }
-            });
+        if let Some((state, token, lease)) = self.armed.take() {
+            tracing::info!(source = %token.key.source, attempt = token.attempt, "releasing the claim of a dropped request");
+            state
+                .finisher
+                .retry(state.store.clone(), token, Finish::Release, lease);
         }
     }
 }

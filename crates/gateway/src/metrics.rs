@@ -26,6 +26,18 @@ pub struct Metrics {
     sweeper_runs: AtomicU64,
     sweeper_rows: AtomicU64,
     sweeper_failures: AtomicU64,
+    connections_open: std::sync::Arc<AtomicU64>,
+    connections_refused: AtomicU64,
+}
+
+/// One served connection, counted in `idemgate_connections_open` until dropped.
+#[derive(Debug)]
+pub struct OpenConnection(std::sync::Arc<AtomicU64>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Live and expired record counts, read from the store when scraped.
@@ -66,6 +78,17 @@ impl Metrics {
         self.claim_count.fetch_add(1, Ordering::Relaxed);
         self.claim_sum_micros
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a connection being served until the guard is dropped.
+    pub fn connection_opened(&self) -> OpenConnection {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self.connections_open.clone())
+    }
+
+    /// Counts a connection refused beyond `limits.max_connections`.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records one sweeper run.
@@ -145,7 +168,17 @@ impl Metrics {
             out.push_str("# TYPE idemgate_expired_rows gauge\n");
             let _ = writeln!(out, "idemgate_expired_rows {}", rows.expired);
         }
+        let _ = writeln!(
+            out,
+            "# HELP idemgate_connections_open Connections being served.\n# TYPE idemgate_connections_open gauge\nidemgate_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
         for (name, help, value) in [
+            (
+                "idemgate_connections_refused_total",
+                "Connections refused beyond limits.max_connections.",
+                &self.connections_refused,
+            ),
             (
                 "idemgate_sweeper_runs_total",
                 "Sweeper runs.",

@@ -176,3 +176,143 @@ async fn claim_api_on_postgres() {
     gw.stop().await;
     schema.drop().await;
 }
+
+/// Renames the schema's dedup table away (every store call then fails) or back.
+async fn break_store(schema: &str, broken: bool) {
+    let (client, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let (from, to) = if broken {
+        ("dedup", "dedup_away")
+    } else {
+        ("dedup_away", "dedup")
+    };
+    client
+        .batch_execute(&format!("ALTER TABLE {schema}.{from} RENAME TO {to}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_completion_the_store_missed_is_retried_and_the_event_never_forwarded_again() {
+    let Some(schema) = Schema::new("lost_completion").await else {
+        return;
+    };
+    // A downstream that takes the delivery, and at that very moment the store goes away; it
+    // comes back a second later.
+    let forwards = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post({
+            let (forwards, name) = (forwards.clone(), schema.name.clone());
+            move || {
+                let (forwards, name) = (forwards.clone(), name.clone());
+                async move {
+                    if forwards.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                        break_store(&name, true).await;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            break_store(&name, false).await;
+                        });
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let config = format!(
+        "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\nforward_url = \"{down}\"\nlease = \"2s\"\n{}",
+        schema.store_toml()
+    );
+    let gw = Gateway::start_with(&config).await;
+    let body = br#"{"id":"evt_lost","object":"event"}"#.to_vec();
+    let at = SystemTime::now();
+    let r = gw
+        .post(
+            "/hooks/stripe-live",
+            sign(&gw, "stripe-live", "evt_lost", at, &body),
+            body.clone(),
+        )
+        .await;
+    // The downstream has it: the sender is told so.
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"));
+
+    // While the store is away, a retry is refused with Retry-After (store-unavailable).
+    let r = gw
+        .post(
+            "/hooks/stripe-live",
+            sign(&gw, "stripe-live", "evt_lost", at, &body),
+            body.clone(),
+        )
+        .await;
+    if r.status == 503 {
+        assert_eq!(r.outcome(), "store-unavailable");
+        assert_eq!(
+            r.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+    }
+
+    // Well past the lease, every retry is a duplicate: the completion was retried until the store
+    // took it, and the event was forwarded once.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for _ in 0..3 {
+        let r = gw
+            .post(
+                "/hooks/stripe-live",
+                sign(&gw, "stripe-live", "evt_lost", SystemTime::now(), &body),
+                body.clone(),
+            )
+            .await;
+        assert_eq!((r.status, r.outcome()), (200, "duplicate"), "{:?}", r.body);
+    }
+    assert_eq!(forwards.load(std::sync::atomic::Ordering::SeqCst), 1);
+    gw.stop().await;
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_answers_503_with_retry_after() {
+    let Some(schema) = Schema::new("unavailable").await else {
+        return;
+    };
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\nforward_url = \"{}\"\n{}",
+        down.url,
+        schema.store_toml()
+    );
+    let gw = Gateway::start_with(&config).await;
+    break_store(&schema.name, true).await;
+    let body = br#"{"id":"evt_503","object":"event"}"#.to_vec();
+    let r = gw
+        .post(
+            "/hooks/stripe-live",
+            sign(&gw, "stripe-live", "evt_503", SystemTime::now(), &body),
+            body.clone(),
+        )
+        .await;
+    assert_eq!((r.status, r.outcome()), (503, "store-unavailable"));
+    assert_eq!(
+        r.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(r.json()["type"], "urn:idemgate:problem:store-unavailable");
+    break_store(&schema.name, false).await;
+    let r = gw
+        .post(
+            "/hooks/stripe-live",
+            sign(&gw, "stripe-live", "evt_503", SystemTime::now(), &body),
+            body,
+        )
+        .await;
+    assert_eq!(r.outcome(), "forwarded");
+    assert_eq!(down.total(), 1);
+    gw.stop().await;
+    schema.drop().await;
+}

@@ -170,17 +170,6 @@ pub(crate) fn header<'a>(
     }
 }
 
-/// A header's value as text, `None` when absent.
-///
-/// # Errors
-/// [`VerifyError::MalformedHeader`] when the value is not UTF-8.
-pub(crate) fn optional_header<'a>(
-    headers: &'a HeaderMap,
-    name: &HeaderName,
-) -> Result<Option<&'a str>, VerifyError> {
-    headers.get(name).map(|v| value_text(v, name)).transpose()
-}
-
 pub(crate) fn value_text<'a>(
     value: &'a http::HeaderValue,
     name: &HeaderName,

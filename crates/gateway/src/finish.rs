@@ -1,0 +1,163 @@
+//! Finishing a claim: `complete` after the downstream took a delivery, `release` after it did not,
+//! retried in the background until the store takes them.
+//!
+//! A forwarded event must never be forwarded again because its completion was lost. When the
+//! store fails between the downstream's 2xx and `complete` (a database restart, a dropped
+//! connection), the sender is still told 200 `forwarded` (the downstream has the event; a retry
+//! would only be answered `in-flight`), and the completion is retried here, with a backoff, until
+//! the store takes it. Between tries the claim's lease is renewed whenever the store answers, so
+//! no other delivery can take the claim over and forward the event again while the completion is
+//! pending. A release that fails is retried the same way, so that no record is left `processing`
+//! once the store is back.
+//!
+//! The retries run on a [`TaskTracker`] that shutdown waits for (up to a bound): a completion
+//! still pending when the process exits is logged, and the claim's lease (or, after a restart of
+//! the same instance, the instance recovery) decides what happens to the event.
+
+use std::time::Duration;
+
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{ClaimToken, StoreError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::ErrorChain;
+use crate::store::AnyStore;
+
+/// What to do with a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// The event was processed: mark the record done.
+    Complete,
+    /// Processing failed: delete the record so the sender's retry is processed.
+    Release,
+}
+
+impl Finish {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Complete => "completion",
+            Self::Release => "release",
+        }
+    }
+}
+
+/// The first pause between tries, doubled after each failure up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// The background retries of completions and releases.
+#[derive(Debug, Default)]
+pub(crate) struct Finisher {
+    tasks: TaskTracker,
+    /// Cancelled when shutdown gives up waiting.
+    abandon: CancellationToken,
+}
+
+impl Finisher {
+    /// Completes or releases `token` now; when the store fails, keeps trying in the background
+    /// (renewing the lease by `lease` between tries) and returns at once. `Ok(false)` means a
+    /// retry is pending.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`]: the claim is no longer this token's (taken over, released or
+    /// expired); nothing is retried.
+    pub(crate) async fn finish(
+        &self,
+        store: &AnyStore,
+        token: &ClaimToken,
+        what: Finish,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        match apply(store, token, what).await {
+            Ok(()) => Ok(true),
+            Err(e @ StoreError::StaleToken { .. }) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    source = %token.key.source,
+                    attempt = token.attempt,
+                    error = %ErrorChain(&e),
+                    "the store did not take a claim's {}; retrying in the background",
+                    what.name()
+                );
+                self.retry(store.clone(), token.clone(), what, lease);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Starts the background retry of `what` for `token` without trying first (a request was
+    /// dropped and its claim must be released).
+    pub(crate) fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, _lease: Duration) {
+        let abandon = self.abandon.clone();
+        self.tasks.spawn(async move {
+            let mut pause = FIRST_PAUSE;
+            let mut tries = 0u32;
+            loop {
+                tokio::select! {
+                    () = abandon.cancelled() => {
+                        tracing::error!(
+                            source = %token.key.source,
+                            attempt = token.attempt,
+                            tries,
+                            "shutting down with a claim's {} still not taken by the store",
+                            what.name()
+                        );
+                        return;
+                    }
+                    () = tokio::time::sleep(pause) => {}
+                }
+                tries += 1;
+                match apply(&store, &token, what).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            source = %token.key.source,
+                            attempt = token.attempt,
+                            tries,
+                            "the store took a claim's {} after retrying",
+                            what.name()
+                        );
+                        return;
+                    }
+                    Err(StoreError::StaleToken { .. }) => {
+                        tracing::warn!(
+                            source = %token.key.source,
+                            attempt = token.attempt,
+                            "gave up a claim's {}: the claim was taken over, released or expired",
+                            what.name()
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %ErrorChain(&e), tries, "retry failed");
+                    }
+                }
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+        });
+    }
+
+    /// Waits up to `grace` for the pending retries, then abandons the rest (each logged).
+    pub(crate) async fn drain(&self, grace: Duration) {
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            self.abandon.cancel();
+            self.tasks.wait().await;
+        }
+    }
+
+    /// Retries not yet taken by the store.
+    pub(crate) fn pending(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+async fn apply(store: &AnyStore, token: &ClaimToken, what: Finish) -> Result<(), StoreError> {
+    match what {
+        Finish::Complete => store.complete(token).await,
+        Finish::Release => store.release(token).await,
+    }
+}

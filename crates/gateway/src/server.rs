@@ -1,0 +1,270 @@
+//! Serving: the accept loop (a connection cap, header timeouts, graceful drain) and [`run`] /
+//! [`serve`], which start the background work and stop it in order.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Config, Limits};
+use crate::state::AppState;
+use crate::store::{self, AnyStore};
+use crate::{admin, app};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Store(#[from] store::OpenError),
+    #[error("cannot serve on the listener")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Opens the store, serves `listener` until `shutdown` resolves, then drains: stops accepting,
+/// lets in-flight requests finish within `limits.shutdown_grace`, finishes the claims of those
+/// that did not, and stops the sweeper.
+///
+/// # Errors
+/// A [`StartError`] when the store cannot be opened or the listener fails.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let store = AnyStore::open(&config).await?;
+    serve(&config, store, listener, shutdown).await
+}
+
+/// As [`run`], on a store already open.
+///
+/// # Errors
+/// As [`run`].
+pub async fn serve(
+    config: &Config,
+    store: AnyStore,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let state = AppState::new(config, store)?;
+    let cancel = CancellationToken::new();
+    let sweeper = admin::spawn_sweeper(&state, config.store.sweep_interval, cancel.clone());
+    let retention = admin::spawn_history_retention(
+        &state,
+        config.store.history_retention,
+        config.store.history_interval,
+        cancel.clone(),
+    );
+    let result = accept_loop(listener, app(state.clone()), &state, shutdown).await;
+    // Claims of requests dropped above, and completions the store did not take at once, are
+    // finished by background retries: give them a bounded time.
+    let pending = state.finisher.pending();
+    if pending > 0 {
+        tracing::info!(
+            pending,
+            "waiting for completions and releases the store has not taken yet"
+        );
+    }
+    state.finisher.drain(Duration::from_secs(10)).await;
+    cancel.cancel();
+    let _ = sweeper.await;
+    let _ = retention.await;
+    tracing::info!("stopped");
+    result
+}
+
+/// Serves HTTP/1.1 connections until `shutdown`, then drains: stops accepting, asks every
+/// connection to finish its request in flight and close, and after `grace` drops the requests
+/// still running (their claim guards release the claims).
+///
+/// At most `limits.max_connections` connections are served at once; one beyond that is answered
+/// with a canned 503 and closed at once, so a flood of idle connections cannot take the file
+/// descriptors and the memory that real requests need.
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    state: &AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let limits = state.limits.clone();
+    let slots = Arc::new(Semaphore::new(limits.connection_cap()));
+    let refusal = refusal();
+    let mut refused = Refusals::default();
+    let mut connections = tokio::task::JoinSet::new();
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    refuse(&stream, &refusal);
+                    state.metrics.connection_refused();
+                    refused.note(limits.connection_cap());
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(app.clone());
+                let mut draining = draining.clone();
+                let header_timeout = limits.header_timeout;
+                let metrics = state.clone();
+                connections.spawn(async move {
+                    let _slot = slot;
+                    let _open = metrics.metrics.connection_opened();
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        _ = async { let _ = draining.wait_for(|d| *d).await; } => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
+                        }
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        connections = connections.len(),
+        "shutting down: no new connections; finishing in-flight requests"
+    );
+    let _ = drain.send(true);
+    let grace = limits.shutdown_grace;
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            dropped = connections.len(),
+            "requests outlived the shutdown grace; dropping them and releasing their claims"
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+    Ok(())
+}
+
+/// The answer to a connection beyond the cap, written without waiting (a full socket buffer just
+/// loses it: the close says the same).
+fn refuse(stream: &TcpStream, refusal: &[u8]) {
+    let _ = stream.try_write(refusal);
+}
+
+fn refusal() -> Vec<u8> {
+    let body = r#"{"type":"urn:idemgate:problem:too-many-connections","title":"Service Unavailable","status":503,"detail":"the gateway is serving as many connections as limits.max_connections allows; retry shortly"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nidemgate-outcome: too-many-connections\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Refused connections, logged at most every ten seconds.
+#[derive(Debug, Default)]
+struct Refusals {
+    since_log: u64,
+    logged: Option<Instant>,
+}
+
+impl Refusals {
+    fn note(&mut self, cap: usize) {
+        self.since_log += 1;
+        if self
+            .logged
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
+        {
+            tracing::warn!(
+                refused = self.since_log,
+                max_connections = cap,
+                "refusing connections beyond limits.max_connections"
+            );
+            self.since_log = 0;
+            self.logged = Some(Instant::now());
+        }
+    }
+}
+
+impl Limits {
+    /// The connection cap: `max_connections`, or by default half the file descriptors this
+    /// process may open less a reserve (each served connection may forward over a connection of
+    /// its own; the store's pool, the log and the data files need some too).
+    pub fn connection_cap(&self) -> usize {
+        self.max_connections
+            .map(std::num::NonZeroUsize::get)
+            .unwrap_or_else(|| default_connection_cap(open_files_limit()))
+    }
+}
+
+/// Half of `nofile` less a reserve of 64, and at least 16.
+fn default_connection_cap(nofile: Option<u64>) -> usize {
+    let nofile = nofile.unwrap_or(1024);
+    let cap = nofile.saturating_sub(64) / 2;
+    usize::try_from(cap).unwrap_or(usize::MAX).max(16)
+}
+
+/// The soft limit on open files, from `/proc/self/limits` (Linux); `None` elsewhere.
+fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cap_leaves_room_for_forwards_and_the_store() {
+        assert_eq!(default_connection_cap(Some(20_000)), 9_968);
+        assert_eq!(default_connection_cap(Some(1_024)), 480);
+        assert_eq!(default_connection_cap(Some(10)), 16);
+        assert_eq!(default_connection_cap(None), 480);
+        // The machine's own limit reads as a number.
+        if cfg!(target_os = "linux") {
+            assert!(open_files_limit().is_some_and(|n| n > 0));
+        }
+    }
+
+    #[test]
+    fn the_refusal_is_a_complete_http_answer() {
+        let text = String::from_utf8(refusal()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(length, body.len());
+        serde_json::from_str::<serde_json::Value>(body).unwrap();
+    }
+}

@@ -1,0 +1,297 @@
+//! What every handler shares: the configured sources, the store, the metrics, and the one place
+//! each claim's outcome and each request's answer are logged and counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{ClaimMode, ClaimOutcome, ClaimRequest, Key, LateDuplicates, SourceName};
+use idemgate_providers::Verifier;
+
+use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy};
+use crate::error::{self, AppError};
+use crate::finish::Finisher;
+use crate::forward;
+use crate::metrics::{Metrics, RowCounts};
+use crate::store::AnyStore;
+
+/// A configured source, ready to serve.
+#[derive(Debug)]
+pub struct Source {
+    pub name: SourceName,
+    pub policy: SourcePolicy,
+    pub verifier: Verifier,
+    /// Where deliveries go; `None` acknowledges a delivery once claimed.
+    pub forward_url: Option<hyper::Uri>,
+    pub forward_timeout: Duration,
+    pub mode: ClaimMode,
+    pub on_conflict: OnConflict,
+    pub late_duplicates: LateDuplicates,
+}
+
+impl Source {
+    /// `provider = "none"`: the sender proves itself with a bearer token instead of a signature.
+    pub fn needs_bearer(&self) -> bool {
+        !self.verifier.scheme().is_signed()
+    }
+
+    /// A claim of `key` under this source's TTL, lease and mode.
+    pub fn claim_request(&self, key: Key) -> ClaimRequest {
+        ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
+            .mode(self.mode)
+            .late_duplicates(self.late_duplicates)
+    }
+}
+
+/// What every handler shares. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState(Arc<Inner>);
+
+#[derive(Debug)]
+pub struct Inner {
+    pub sources: HashMap<String, Source>,
+    pub store: AnyStore,
+    pub metrics: Metrics,
+    api_tokens: Vec<String>,
+    pub(crate) limits: Limits,
+    pub(crate) client: forward::Client,
+    /// Completions and releases the store did not take at once, retried until it does.
+    pub(crate) finisher: Finisher,
+    /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
+    rows: Mutex<Option<(Instant, RowCounts)>>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Builds the state from a validated config and an open store.
+    ///
+    /// # Errors
+    /// A [`config::ConfigError`] naming the source whose verifier cannot be built.
+    pub fn new(config: &Config, store: AnyStore) -> Result<Self, config::ConfigError> {
+        let mut sources = HashMap::new();
+        for (i, sc) in config.sources.iter().enumerate() {
+            let source = build_source(i, sc)?;
+            if source.needs_bearer() && config.api_tokens.is_empty() {
+                return Err(sc.invalid(
+                    "provider",
+                    "\"none\" needs api_tokens: its senders authenticate with a bearer token",
+                ));
+            }
+            sources.insert(sc.name.clone(), source);
+        }
+        Ok(Self(Arc::new(Inner {
+            sources,
+            store,
+            metrics: Metrics::default(),
+            api_tokens: config.api_tokens.clone(),
+            limits: config.limits.clone(),
+            client: forward::client(),
+            finisher: Finisher::default(),
+            rows: Mutex::default(),
+        })))
+    }
+
+    /// The configured source named `name`.
+    ///
+    /// # Errors
+    /// [`AppError::UnknownSource`].
+    pub fn source(&self, name: &str) -> Result<&Source, AppError> {
+        self.sources
+            .get(name)
+            .ok_or_else(|| AppError::UnknownSource {
+                name: name.chars().take(64).collect(),
+            })
+    }
+
+    /// The metrics label for a source name: the name if configured, else `unknown` (one label,
+    /// however many names are tried).
+    pub(crate) fn label<'a>(&self, name: &'a str) -> &'a str {
+        if self.sources.contains_key(name) {
+            name
+        } else {
+            "unknown"
+        }
+    }
+
+    /// Checks `Authorization: Bearer <token>` against the configured tokens, in constant time.
+    ///
+    /// # Errors
+    /// [`AppError::Unauthorized`].
+    pub fn authorize(&self, headers: &HeaderMap) -> Result<(), AppError> {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(AppError::Unauthorized)?;
+        let mut ok = false;
+        for token in &self.api_tokens {
+            ok |= constant_time_eq(token.as_bytes(), presented.as_bytes());
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(AppError::Unauthorized)
+        }
+    }
+
+    /// Claims through the store, timing it and counting the outcome: the one place a claim's
+    /// outcome is logged and counted.
+    ///
+    /// # Errors
+    /// The store's error, as [`AppError::Store`].
+    pub async fn claim(
+        &self,
+        source: &Source,
+        req: ClaimRequest,
+    ) -> Result<ClaimOutcome, AppError> {
+        let started = Instant::now();
+        let result = self.store.claim(req).await;
+        self.metrics.claim_latency(started.elapsed());
+        let outcome = result?;
+        let late = match &outcome {
+            ClaimOutcome::Claimed {
+                late_duplicate: Some(first_seen),
+                ..
+            }
+            | ClaimOutcome::LateDuplicate { first_seen, .. } => Some(*first_seen),
+            _ => None,
+        };
+        if let Some(first_seen) = late {
+            // A delivery after its record expired, of an event processed before: the TTL was too
+            // short, or a request was replayed.
+            self.metrics.late_duplicate(source.name.as_str());
+            tracing::warn!(
+                source = %source.name,
+                policy = source.late_duplicates.as_str(),
+                %first_seen,
+                "late duplicate"
+            );
+        }
+        tracing::debug!(source = %source.name, outcome = outcome.name(), "claim");
+        Ok(outcome)
+    }
+
+    /// Logs and counts a finished request by its `Idemgate-Outcome`: the one place each outcome
+    /// is emitted, so the log line and the metric cannot drift.
+    pub(crate) fn record(&self, source: &str, response: &axum::response::Response) {
+        let outcome = response
+            .headers()
+            .get(error::OUTCOME)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        let outcome = outcome_label(outcome);
+        self.metrics.delivery(source, outcome);
+        tracing::info!(
+            source,
+            outcome,
+            status = response.status().as_u16(),
+            "request"
+        );
+    }
+
+    /// Live and expired record counts, cached for a few seconds.
+    pub(crate) async fn row_counts(&self) -> Option<RowCounts> {
+        const FRESH: Duration = Duration::from_secs(5);
+        if !self.store.counts_cheaply() {
+            return None;
+        }
+        if let Some((at, rows)) = *self.rows.lock().unwrap_or_else(|p| p.into_inner())
+            && at.elapsed() < FRESH
+        {
+            return Some(rows);
+        }
+        use idemgate_core::store::Stats;
+        match self.store.stats().await {
+            Ok(s) => {
+                let rows = RowCounts {
+                    live: s.live,
+                    expired: s.expired,
+                };
+                *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), rows));
+                Some(rows)
+            }
+            Err(e) => {
+                tracing::warn!(error = %error::ErrorChain(&e), "cannot count rows for /metrics");
+                None
+            }
+        }
+    }
+}
+
+/// Outcomes as `'static` labels. The set is closed (every value comes from this crate); anything
+/// else is counted as `other`.
+fn outcome_label(outcome: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "forwarded",
+        "accepted",
+        "challenge",
+        "late-duplicate",
+        "claimed",
+        "completed",
+        "released",
+        "duplicate",
+        "in-flight",
+        "conflict",
+        "stale-token",
+        "forward-failed",
+        "forward-unreachable",
+        "forward-timeout",
+        "unknown-source",
+        "body-too-large",
+        "body-unreadable",
+        "unauthorized",
+        "store-unavailable",
+        "shutting-down",
+        "request-timeout",
+        "missing-header",
+        "malformed-header",
+        "bad-signature",
+        "stale-timestamp",
+        "future-timestamp",
+        "missing-event-id",
+        "invalid-event-id",
+        "invalid-json",
+        "invalid-fingerprint",
+        "invalid-lease",
+        "invalid-token",
+        "invalid-source",
+    ];
+    KNOWN
+        .iter()
+        .copied()
+        .find(|k| *k == outcome)
+        .unwrap_or("other")
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::ConfigError> {
+    let policy = sc.policy(index)?;
+    let verifier = crate::ingest::verifier(sc)?;
+    Ok(Source {
+        name: policy.name.clone(),
+        policy,
+        verifier,
+        forward_url: sc
+            .forward_url
+            .as_deref()
+            .map(|u| u.parse().expect("validated in policy()")),
+        forward_timeout: sc.forward_timeout,
+        mode: sc.mode.into(),
+        on_conflict: sc.on_conflict,
+        late_duplicates: sc.late_duplicates.into(),
+    })
+}
