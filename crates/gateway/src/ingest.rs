@@ -230,7 +230,8 @@ fn verify_error(e: VerifyError) -> AppError {
 /// A [`ConfigError`] naming the source and the key.
 pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
     let provider = |e: idemgate_providers::ConfigError| sc.invalid("provider", e.to_string());
-    let key_source = || match (&sc.event_id_header, &sc.event_id_pointer) {
+    let key_source = || {
+        match (&sc.event_id_header, &sc.event_id_pointer) {
         (Some(h), None) => Ok(KeySource::Header(h.clone())),
         (None, Some(p)) => Ok(KeySource::JsonPointer(p.clone())),
         (Some(_), Some(_)) => Err(sc.invalid(
@@ -240,10 +241,11 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         (None, None) => Err(sc.invalid(
             "event_id_header",
             format!(
-                "provider {:?} needs event_id_header or event_id_pointer",
+                "provider {:?} has no built-in place for the event id: add event_id_header = \"X-Event-Id\" (a header the sender sets) or event_id_pointer = \"/id\" (a JSON pointer into the body)",
                 sc.provider
             ),
         )),
+    }
     };
     let scheme = match sc.provider.as_str() {
         "generic-hmac" => Scheme::GenericHmac(GenericHmac {

@@ -11,8 +11,10 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use idemgate_core::policy::{ContractTerms, PolicyError, TtlOverride, TtlPolicy};
-use idemgate_core::{ClaimMode, KeyError, LateDuplicates, SourceName, presets};
+use idemgate_core::{ClaimMode, Human, KeyError, LateDuplicates, SourceName, presets};
 use serde::Deserialize;
+
+mod report;
 
 /// Environment variables that share the prefix but are not configuration.
 const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "test_redis"];
@@ -20,9 +22,11 @@ const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "tes
 /// Why a configuration was refused. Each names the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file or the environment does not deserialize; the text names each key, where it was
+    /// written, and what is wrong.
     #[error("{0}")]
-    Parse(#[from] Box<figment::Error>),
-    #[error("source #{index}: name: {source}")]
+    Parse(String),
+    #[error("source #{}: name: {source}", index + 1)]
     SourceName {
         index: usize,
         #[source]
@@ -48,6 +52,14 @@ pub enum ConfigError {
     },
     #[error("{key}: {why}")]
     Global { key: &'static str, why: String },
+    /// A validation error, with where the key at fault is written.
+    #[error("{file} (line {line}): {error}")]
+    At {
+        file: String,
+        line: usize,
+        #[source]
+        error: Box<ConfigError>,
+    },
 }
 
 /// The whole configuration file.
@@ -429,10 +441,14 @@ pub struct SourcePolicy {
 }
 
 impl SourceConfig {
-    /// The default lease: long enough for a forward to time out and be released.
-    pub fn lease(&self) -> Duration {
-        self.lease
-            .unwrap_or_else(|| (self.forward_timeout * 2).max(Duration::from_secs(60)))
+    /// The lease: the configured one, or by default long enough for a forward to time out and
+    /// be released (twice `forward_timeout`, at least 60 s), but never longer than the TTL.
+    pub fn lease(&self, ttl: Duration) -> Duration {
+        self.lease.unwrap_or_else(|| {
+            (self.forward_timeout * 2)
+                .max(Duration::from_secs(60))
+                .min(ttl)
+        })
     }
 
     /// Validates the name and computes the TTL from the preset and this source's terms.
@@ -480,12 +496,25 @@ impl SourceConfig {
             (None, None) => None,
         };
         let ttl = TtlPolicy::new(&self.name, contract, ttl_override)?;
-        let lease = self.lease();
+        if self.secrets.iter().any(|s| is_placeholder(s)) {
+            return Err(self.invalid(
+                "secrets",
+                "holds the example's placeholder; fill in the signing secret the sender shows you",
+            ));
+        }
+        let lease = self.lease(ttl.ttl);
         if lease.is_zero() {
             return Err(self.invalid("lease", "must be above zero"));
         }
         if lease > ttl.ttl {
-            return Err(self.invalid("lease", "is longer than the source's TTL"));
+            return Err(self.invalid(
+                "lease",
+                format!(
+                    "{} is longer than the source's TTL of {} (a claim cannot outlive its record): shorten lease, or lengthen the TTL's terms (retry_window, queue_lag, clock_skew, replay_margin)",
+                    Human(lease),
+                    Human(ttl.ttl)
+                ),
+            ));
         }
         if self.forward_timeout.is_zero() {
             return Err(self.invalid("forward_timeout", "must be above zero"));
@@ -538,7 +567,7 @@ impl Config {
                 .split("__")
                 .lowercase(true),
         );
-        Self::from_figment(figment)
+        Self::from_figment(figment, file)
     }
 
     /// Parses and validates a TOML text (tests, embedded defaults).
@@ -546,13 +575,56 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        Self::from_figment(Figment::from(Toml::string(text)))
+        Self::from_figment(Figment::from(Toml::string(text)), None)
     }
 
-    fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
-        let config: Config = figment.extract().map_err(Box::new)?;
-        config.validate()?;
+    fn from_figment(figment: Figment, file: Option<&Path>) -> Result<Self, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Parse(report::render(&e, &figment)))?;
+        if let Err(error) = config.validate() {
+            let at = file.and_then(|f| {
+                let line = report::line_of(f, &config.key_of(&error)?)?;
+                Some((f.display().to_string(), line))
+            });
+            return Err(match at {
+                Some((file, line)) => ConfigError::At {
+                    file,
+                    line,
+                    error: Box::new(error),
+                },
+                None => error,
+            });
+        }
         Ok(config)
+    }
+
+    /// The path of the key a validation error is about (`["source", "2", "lease"]`).
+    fn key_of(&self, error: &ConfigError) -> Option<Vec<String>> {
+        let source = |name: &str, key: &str| {
+            let index = self.sources.iter().position(|s| s.name == name)?;
+            Some(vec!["source".to_owned(), index.to_string(), key.to_owned()])
+        };
+        match error {
+            ConfigError::SourceName { index, .. } => Some(vec![
+                "source".to_owned(),
+                index.to_string(),
+                "name".to_owned(),
+            ]),
+            ConfigError::DuplicateSource { name } => {
+                let index = self.sources.iter().rposition(|s| &s.name == name)?;
+                Some(vec![
+                    "source".to_owned(),
+                    index.to_string(),
+                    "name".to_owned(),
+                ])
+            }
+            ConfigError::UnknownProvider { name, .. } => source(name, "provider"),
+            ConfigError::ReasonWithoutOverride { name } => source(name, "ttl_override_reason"),
+            ConfigError::Invalid { name, key, .. } => source(name, key),
+            ConfigError::Global { key, .. } => Some(key.split('.').map(str::to_owned).collect()),
+            ConfigError::Policy(_) | ConfigError::Parse(_) | ConfigError::At { .. } => None,
+        }
     }
 
     /// Checks what serde cannot: names, TTLs, store settings.
@@ -614,6 +686,12 @@ impl Config {
                 why: "must be above zero".into(),
             });
         }
+        if self.api_tokens.iter().any(|t| is_placeholder(t)) {
+            return Err(ConfigError::Global {
+                key: "api_tokens",
+                why: "holds the example's placeholder; fill in a long random token of your own (e.g. `openssl rand -hex 24`)".into(),
+            });
+        }
         if self.api_tokens.iter().any(|t| t.len() < 16) {
             return Err(ConfigError::Global {
                 key: "api_tokens",
@@ -622,6 +700,12 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A value copied from `idemgate.example.toml` without being filled in: `whsec_...`, `...`,
+/// `change-me-...`.
+fn is_placeholder(value: &str) -> bool {
+    value.ends_with("...") || value.starts_with("change-me")
 }
 
 /// The instance-name rule: 1 to 64 characters of ASCII letters, digits, `.`, `_` and `-`.

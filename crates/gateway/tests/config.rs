@@ -1,0 +1,149 @@
+//! Loading a configuration as a user writes it: defaults that fit, and errors that name the key
+//! as written, where it was written, and what to do.
+
+use std::time::Duration;
+
+use idemgate_gateway::Config;
+
+/// Loads `text` from a file named `idemgate.toml` in a fresh directory; the error text on failure.
+fn load(text: &str) -> Result<Config, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(&path, text).unwrap();
+    Config::load(Some(&path), "").map_err(|e| {
+        let text = e.to_string();
+        assert!(!text.contains("default."), "no figment profile: {text}");
+        text
+    })
+}
+
+const STRIPE: &str =
+    "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n";
+
+#[test]
+fn the_default_lease_fits_a_short_ttl() {
+    let config = load(&format!(
+        "{STRIPE}retry_window = \"2s\"\nqueue_lag = \"0s\"\nclock_skew = \"0s\"\nreplay_margin = \"1s\"\n"
+    ))
+    .unwrap();
+    let policy = config.sources[0].policy(0).unwrap();
+    assert_eq!(policy.ttl.ttl, Duration::from_secs(3));
+    assert_eq!(policy.lease, Duration::from_secs(3));
+    // With the usual TTL, the usual default.
+    let config = load(STRIPE).unwrap();
+    assert_eq!(
+        config.sources[0].policy(0).unwrap().lease,
+        Duration::from_secs(60)
+    );
+}
+
+#[test]
+fn an_explicit_lease_longer_than_the_ttl_names_both_figures_and_the_key() {
+    let err = load(&format!(
+        "{STRIPE}retry_window = \"2s\"\nqueue_lag = \"0s\"\nclock_skew = \"0s\"\nreplay_margin = \"1s\"\nlease = \"1m\"\n"
+    ))
+    .unwrap_err();
+    for part in [
+        "idemgate.toml (line 9)",
+        "source \"stripe-live\"",
+        "lease",
+        "1m",
+        "3s",
+        "shorten lease",
+    ] {
+        assert!(err.contains(part), "{err:?} should say {part:?}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_named_as_written_with_file_line_and_a_suggestion() {
+    let err = load(&format!("{STRIPE}\n[store]\nsweep_intervall = \"60s\"\n")).unwrap_err();
+    assert!(
+        err.starts_with("store.sweep_intervall in ")
+            && err.contains("idemgate.toml (line 7): unknown key; did you mean sweep_interval?"),
+        "{err}"
+    );
+    let err = load(&format!(
+        "{STRIPE}\n[[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\nretry_windw = \"3d\"\n"
+    ))
+    .unwrap_err();
+    assert!(
+        err.starts_with("source \"gh\".retry_windw in ") && err.contains("(line 10)"),
+        "sources by name, not index: {err}"
+    );
+    assert!(err.contains("did you mean retry_window?"), "{err}");
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_expectation() {
+    let err = load(&format!("{STRIPE}lease = \"soon\"\n")).unwrap_err();
+    assert!(
+        err.starts_with("source \"stripe-live\".lease in ") && err.contains("(line 5)"),
+        "{err}"
+    );
+    assert!(err.contains("such as 90s"), "{err}");
+    let err = load("[limits]\nbody_limit = \"big\"\n").unwrap_err();
+    assert!(err.starts_with("limits.body_limit in "), "{err}");
+    assert!(err.contains("found string \"big\""), "{err}");
+}
+
+#[test]
+fn the_example_configs_placeholders_are_refused_with_the_key_to_fill_in() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../idemgate.example.toml"
+    ))
+    .unwrap();
+    let err = load(&example).unwrap_err();
+    assert!(
+        err.contains("source \"stripe-live\": secrets") && err.contains("placeholder"),
+        "{err}"
+    );
+    // With a real secret, the token is next.
+    let filled = example.replace("whsec_...", "whsec_real_secret_from_the_dashboard");
+    let err = load(&filled).unwrap_err();
+    assert!(err.contains("api_tokens") && err.contains("placeholder"), "{err}");
+    // Filled in, it loads as shipped.
+    let filled = filled.replace(
+        "change-me-to-a-long-random-token",
+        "0123456789abcdef0123456789",
+    );
+    let config = load(&filled).unwrap();
+    assert_eq!(config.sources.len(), 1);
+}
+
+#[test]
+fn provider_none_without_an_event_id_says_what_to_add() {
+    let config = Config::from_toml(
+        "api_tokens = [\"worker-token-0123456789\"]\n[[source]]\nname = \"bus\"\nprovider = \"none\"\nretry_window = \"1h\"\n",
+    )
+    .unwrap();
+    let err = idemgate_gateway::verifier(&config.sources[0])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("event_id_header = \"X-Event-Id\"")
+            && err.contains("event_id_pointer = \"/id\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn instance_names_follow_the_rule() {
+    assert!(load("instance = \"gw-1.eu_west\"\n").is_ok());
+    for bad in ["", "has space", "a:b", &"x".repeat(65)] {
+        let err = load(&format!("instance = {bad:?}\n")).unwrap_err();
+        assert!(err.contains("instance") && err.contains("1 to 64"), "{err}");
+    }
+}
+
+#[test]
+fn zero_timeouts_and_connection_caps_are_refused() {
+    let err = load("[limits]\nheader_timeout = \"0s\"\n").unwrap_err();
+    assert!(
+        err.contains("limits.header_timeout: must be above zero"),
+        "{err}"
+    );
+    let err = load("[limits]\nmax_connections = 0\n").unwrap_err();
+    assert!(err.starts_with("limits.max_connections in "), "{err}");
+}
