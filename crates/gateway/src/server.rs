@@ -84,7 +84,9 @@ pub async fn serve(
 ///
 /// At most `limits.max_connections` connections are served at once; one beyond that is answered
 /// with a canned 503 and closed at once, so a flood of idle connections cannot take the file
-/// descriptors and the memory that real requests need.
+/// descriptors and the memory that real requests need (about 15 KiB per idle connection; freed
+/// memory is kept by the allocator for the next connections, so the cap also bounds the
+/// process's size).
 async fn accept_loop(
     listener: TcpListener,
     app: Router,
@@ -95,7 +97,8 @@ async fn accept_loop(
     use hyper_util::service::TowerToHyperService;
 
     let limits = state.limits.clone();
-    let slots = Arc::new(Semaphore::new(limits.connection_cap()));
+    let cap = limits.connection_cap();
+    let slots = Arc::new(Semaphore::new(cap));
     let refusal = refusal();
     let mut refused = Refusals::default();
     let mut connections = tokio::task::JoinSet::new();
@@ -116,13 +119,19 @@ async fn accept_loop(
                 let Ok(slot) = slots.clone().try_acquire_owned() else {
                     refuse(&stream, &refusal);
                     state.metrics.connection_refused();
-                    refused.note(limits.connection_cap());
+                    refused.note(cap);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
                 let mut draining = draining.clone();
-                let header_timeout = limits.header_timeout;
+                // Under pressure (more than half the slots taken), a new connection gets at most
+                // two seconds for its headers: a flood of slow clients then clears itself.
+                let header_timeout = if slots.available_permits() < cap / 2 {
+                    limits.header_timeout.min(PRESSED_HEADER_TIMEOUT)
+                } else {
+                    limits.header_timeout
+                };
                 let metrics = state.clone();
                 connections.spawn(async move {
                     let _slot = slot;
@@ -167,6 +176,9 @@ async fn accept_loop(
     }
     Ok(())
 }
+
+/// The header timeout of connections accepted while more than half the slots are taken.
+const PRESSED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The answer to a connection beyond the cap, written without waiting (a full socket buffer just
 /// loses it: the close says the same).

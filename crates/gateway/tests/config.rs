@@ -102,7 +102,10 @@ fn the_example_configs_placeholders_are_refused_with_the_key_to_fill_in() {
     // With a real secret, the token is next.
     let filled = example.replace("whsec_...", "whsec_real_secret_from_the_dashboard");
     let err = load(&filled).unwrap_err();
-    assert!(err.contains("api_tokens") && err.contains("placeholder"), "{err}");
+    assert!(
+        err.contains("api_tokens") && err.contains("placeholder"),
+        "{err}"
+    );
     // Filled in, it loads as shipped.
     let filled = filled.replace(
         "change-me-to-a-long-random-token",

@@ -347,3 +347,32 @@ async fn a_body_slower_than_the_request_timeout_gets_408_and_a_close() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_pressure_new_connections_get_a_short_header_timeout() {
+    let gw = Gateway::start(&format!(
+        "{STRIPE}[limits]\nmax_connections = 4\nheader_timeout = \"30s\"\n"
+    ))
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+        conn.write_all(b"POST /hooks/stripe-live HTTP/1.1\r\nhost:")
+            .await
+            .unwrap();
+        slow.push(conn);
+    }
+    // Three of four slots are taken: the next slow client has two seconds, not thirty.
+    let mut pressed = TcpStream::connect(gw.addr).await.unwrap();
+    pressed
+        .write_all(b"POST /hooks/stripe-live HTTP/1.1\r\nhost:")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut pressed, Duration::from_secs(5)).await);
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // The first ones, accepted before the pressure, keep their thirty seconds.
+    assert!(!closed_within(&mut slow[0], Duration::from_millis(500)).await);
+    drop(slow);
+    gw.stop().await;
+}
