@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimOutcome, ClaimToken, EventId, EventView, Fingerprint, Key, SourceName};
+use idemgate_core::{ClaimOutcome, ClaimToken, EventId, EventView, Fingerprint, Key};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -216,10 +216,10 @@ pub(crate) async fn event(
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
     state.authorize(&headers)?;
-    // Events of sources removed from the config stay answerable: validate the name only.
-    let source = SourceName::new(source).map_err(|e| bad("invalid-source", e))?;
-    let event_id = EventId::new(event_id).map_err(|e| bad("invalid-event-id", e))?;
-    let view = state.store.lookup(&Key::new(source, event_id)).await?;
+    // Like the claim routes: a source this gateway does not serve is 404 (`idemgate lookup`
+    // still reads the events of a source removed from the config).
+    let (_, key) = key(&state, &source, &event_id)?;
+    let view = state.store.lookup(&key).await?;
     Ok(with_outcome("lookup", Json(view_json(&view))))
 }
 

@@ -126,6 +126,24 @@ impl IntoResponse for AppError {
     }
 }
 
+/// A problem+json answer of `status` with the stable `kind` as its type and outcome.
+pub(crate) fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response {
+    let body = json!({
+        "type": format!("urn:idemgate:problem:{kind}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(OUTCOME, HeaderValue::from_static(kind));
+    response
+}
+
 /// Displays an error with its sources: `a: b: c`.
 #[derive(Debug)]
 pub struct ErrorChain<'a>(pub &'a dyn std::error::Error);

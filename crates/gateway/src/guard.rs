@@ -13,11 +13,11 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::AppError;
+use crate::error::{self, AppError, OUTCOME};
 use crate::state::AppState;
 
 pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -47,11 +47,56 @@ pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Nex
             response
         }
     };
+    let response = if response.headers().contains_key(OUTCOME) {
+        response
+    } else {
+        let response = as_problem(response).await;
+        state.record(&label, &response);
+        response
+    };
     if read.load(Ordering::Acquire) {
         response
     } else {
         closing(response)
     }
+}
+
+/// An answer no handler of ours wrote (the router's 405, an extractor's rejection of a malformed
+/// path or an oversized body) as a problem with an `Idemgate-Outcome`, keeping its status, its
+/// headers (`Allow`) and its text as the detail.
+async fn as_problem(response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let text = match axum::body::to_bytes(body, 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        Err(_) => String::new(),
+    };
+    let (kind, fallback) = match parts.status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method-not-allowed",
+            "this route does not take that method (see Allow)",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => ("body-too-large", "the body is larger than the limit"),
+        StatusCode::NOT_FOUND => ("not-found", "no such route"),
+        StatusCode::BAD_REQUEST if text.contains("URL") || text.contains("path") => {
+            ("invalid-path", "the path does not decode")
+        }
+        StatusCode::BAD_REQUEST => ("bad-request", "the request is malformed"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported-media-type", "unsupported media type"),
+        s if s.is_server_error() => ("internal-error", "internal error"),
+        _ => ("error", "the request failed"),
+    };
+    let detail = if text.is_empty() {
+        fallback.to_owned()
+    } else {
+        text
+    };
+    let mut problem = error::problem(parts.status, kind, &detail);
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            problem.headers_mut().insert(name, v.clone());
+        }
+    }
+    problem
 }
 
 /// The `Content-Length` the client announced, if it sent a valid one (hyper refuses invalid ones

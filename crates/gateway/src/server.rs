@@ -15,6 +15,8 @@ use crate::state::AppState;
 use crate::store::{self, AnyStore};
 use crate::{admin, app};
 
+mod problem_io;
+
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -139,7 +141,7 @@ async fn accept_loop(
                     let conn = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(header_timeout)
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(TokioIo::new(problem_io::ProblemIo::new(stream)), service);
                     tokio::pin!(conn);
                     tokio::select! {
                         _ = conn.as_mut() => {}

@@ -226,6 +226,17 @@ async fn claim_api_refuses_bad_requests() {
     .await
     .unwrap();
     assert_eq!(r.json()["history"], json!([]));
+    // A source this gateway does not serve is 404 here too, as on the claim routes.
+    let r = send(
+        Method::GET,
+        &gw.url("/v1/events/no-such-source/x"),
+        auth(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.status, r.outcome()), (404, "unknown-source"));
+    assert_eq!(r.json()["type"], "urn:idemgate:problem:unknown-source");
     gw.stop().await;
 }
 

@@ -376,3 +376,134 @@ async fn under_pressure_new_connections_get_a_short_header_timeout() {
     drop(slow);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_carries_an_outcome_and_every_error_a_problem() {
+    let gw = Gateway::start(&format!(
+        "api_tokens = [\"worker-token-0123456789\"]\n{STRIPE}"
+    ))
+    .await;
+    let auth = "authorization: Bearer worker-token-0123456789\r\n";
+    let big_header = format!("x-padding: {}\r\n", "a".repeat(600 * 1024));
+    let cases: Vec<(String, u16, &str)> = vec![
+        // Every route, as it answers a plain request.
+        (
+            "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            200,
+            "healthy",
+        ),
+        (
+            "GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            200,
+            "metrics",
+        ),
+        (
+            "GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            200,
+            "openapi",
+        ),
+        (
+            "POST /hooks/stripe-live HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}".into(),
+            401,
+            "missing-header",
+        ),
+        (
+            "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}".into(),
+            401,
+            "unauthorized",
+        ),
+        (
+            format!("POST /v1/claims HTTP/1.1\r\nhost: x\r\n{auth}content-length: 2\r\n\r\n{{}}"),
+            400,
+            "invalid-json",
+        ),
+        (
+            format!(
+                "POST /v1/claims/stripe-live/e1/complete HTTP/1.1\r\nhost: x\r\n{auth}content-length: 13\r\n\r\n{{\"token\":\"x\"}}"
+            ),
+            400,
+            "invalid-token",
+        ),
+        (
+            format!(
+                "POST /v1/claims/stripe-live/e1/release HTTP/1.1\r\nhost: x\r\n{auth}content-length: 13\r\n\r\n{{\"token\":\"x\"}}"
+            ),
+            400,
+            "invalid-token",
+        ),
+        (
+            format!("GET /v1/events/stripe-live/e1 HTTP/1.1\r\nhost: x\r\n{auth}\r\n"),
+            200,
+            "lookup",
+        ),
+        // Unknown routes and methods.
+        (
+            "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            404,
+            "not-found",
+        ),
+        (
+            "GET /hooks/stripe-live HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "DELETE /v1/claims HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+            405,
+            "method-not-allowed",
+        ),
+        // A path that does not decode.
+        (
+            format!("GET /v1/events/%FF/e1 HTTP/1.1\r\nhost: x\r\n{auth}\r\n"),
+            400,
+            "invalid-path",
+        ),
+        // What hyper refuses before any route runs.
+        ("NOT HTTP AT ALL\r\n\r\n".into(), 400, "malformed-request"),
+        (
+            "GET /healthz HTTP/1.1\r\nhost: x\r\nbad header line\r\n\r\n".into(),
+            400,
+            "malformed-request",
+        ),
+        (
+            format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{big_header}\r\n"),
+            431,
+            "headers-too-large",
+        ),
+    ];
+    for (request, status, outcome) in cases {
+        let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let line = request
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect::<String>();
+        let answer = read_answer(&mut conn, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(answer.status, status, "{line}: {}", answer.head);
+        assert_eq!(answer.header("idemgate-outcome"), Some(outcome), "{line}");
+        if status >= 400 {
+            assert_eq!(
+                answer.header("content-type"),
+                Some("application/problem+json"),
+                "{line}"
+            );
+            let problem = answer.json();
+            assert_eq!(
+                problem["type"],
+                format!("urn:idemgate:problem:{outcome}"),
+                "{line}"
+            );
+            assert_eq!(problem["status"], status, "{line}");
+            assert!(
+                problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+                "{line}"
+            );
+        }
+    }
+    gw.stop().await;
+}
