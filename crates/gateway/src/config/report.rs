@@ -39,7 +39,7 @@ fn one(e: &Error, figment: &Figment) -> String {
     }
     let key = key_name(&path, figment);
     let what = match &e.kind {
-        Kind::UnknownField(_, known) if known.is_empty() => "unknown key".to_owned(),
+        Kind::UnknownField(_, []) => "unknown key".to_owned(),
         Kind::UnknownField(field, known) => match nearest(field, known) {
             Some(near) => format!(
                 "unknown key; did you mean {near}? (known: {})",
