@@ -1,6 +1,5 @@
 //! `idemgate serve`.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -14,9 +13,9 @@ pub(crate) struct ServeArgs {
     /// The configuration file (see idemgate.example.toml).
     #[arg(long, env = "IDEMGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// Listen here instead of the config's `listen`.
+    /// Listen here instead of the config's `listen` (host:port; the host may be a name).
     #[arg(long)]
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
 }
 
 /// What runs without a config file: SQLite in ./idemgate-data and one source that takes
@@ -35,23 +34,20 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config =
         Config::load(args.config.as_deref(), DEMO).map_err(|e| Usage(e.to_string()))?;
     if let Some(listen) = args.listen {
+        idemgate_gateway::config::check_listen("--listen", &listen)
+            .map_err(|e| Usage(e.to_string()))?;
         config.listen = listen;
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
+    // Everything that can fail, before binding: verifiers, the store, the tier.
+    let state = idemgate_gateway::open(&config).await.map_err(start_error)?;
+    let listener = tokio::net::TcpListener::bind(config.listen.as_str())
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let store = match config.store.kind {
-        idemgate_gateway::config::StoreKind::Sqlite => format!(
-            "the embedded SQLite store in {}",
-            config.store.path.display()
-        ),
-        idemgate_gateway::config::StoreKind::Postgres => "PostgreSQL".to_owned(),
-        idemgate_gateway::config::StoreKind::Redis => "Redis".to_owned(),
-    };
+    let store = describe(&config, state.store.engine());
     if args.config.is_none() {
         println!("idemgate on http://{addr} with {store} and one demo source (no --config given).");
-        println!("Send it a webhook:");
+        println!("Send it a webhook (the demo's API token is demo-token-change-me):");
         println!(
             "  curl -i http://{addr}/hooks/demo -H 'Authorization: Bearer demo-token-change-me' \\\n       -H 'Content-Type: application/json' -d '{{\"id\":\"evt_1\",\"amount\":42}}'"
         );
@@ -60,8 +56,41 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         tracing::info!(%addr, sources = config.sources.len(), "idemgate listening with {store}");
     }
-    idemgate_gateway::run(config, listener, shutdown_signal()).await?;
+    idemgate_gateway::serve(state, &config, listener, shutdown_signal()).await?;
     Ok(())
+}
+
+/// A start-up failure: a configuration the gateway cannot use is a usage error (exit 2); a store
+/// it cannot reach is a runtime failure (exit 1).
+fn start_error(e: idemgate_gateway::StartError) -> anyhow::Error {
+    use idemgate_gateway::StartError;
+    use idemgate_gateway::store::OpenError;
+    match e {
+        StartError::Config(e) => Usage(e.to_string()).into(),
+        StartError::Store(e @ (OpenError::Config { .. } | OpenError::NotBuilt { .. })) => {
+            Usage(e.to_string()).into()
+        }
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// The store, as the start-up line names it (`the embedded SQLite store in ./idemgate-data`,
+/// `PostgreSQL schema "idemgate" behind a Redis tier`).
+fn describe(config: &Config, engine: &str) -> String {
+    use idemgate_gateway::config::StoreKind;
+    let base = match config.store.kind {
+        StoreKind::Sqlite => format!(
+            "the embedded SQLite store in {}",
+            config.store.path.display()
+        ),
+        StoreKind::Postgres => format!("PostgreSQL schema {:?}", config.store.postgres.schema),
+        StoreKind::Redis => "the Redis store".to_owned(),
+    };
+    if engine.ends_with("+redis") {
+        format!("{base} behind a Redis tier")
+    } else {
+        base
+    }
 }
 
 /// Resolves on ctrl-c or SIGTERM.

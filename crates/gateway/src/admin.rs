@@ -149,12 +149,17 @@ pub(crate) fn spawn_sweeper(
             match run.map(|r| r.rows) {
                 Ok(rows) => {
                     state.metrics.sweep_run(Some(rows));
-                    tracing::info!(
-                        store = state.store.engine(),
-                        rows,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "sweep run"
-                    );
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
+                    // A run that found nothing is routine: one line a minute at info would be noise.
+                    if rows > 0 {
+                        tracing::info!(store = state.store.engine(), rows, elapsed_ms, "sweep run");
+                    } else {
+                        tracing::debug!(
+                            store = state.store.engine(),
+                            elapsed_ms,
+                            "sweep run: nothing expired"
+                        );
+                    }
                 }
                 Err(e) => {
                     state.metrics.sweep_run(None);

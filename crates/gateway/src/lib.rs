@@ -43,7 +43,7 @@ use axum::routing::{get, post};
 
 pub use crate::config::Config;
 pub use crate::ingest::verifier;
-pub use crate::server::{StartError, run, serve};
+pub use crate::server::{StartError, open, run, serve};
 pub use crate::state::{AppState, Inner, Source};
 pub use crate::store::AnyStore;
 

@@ -39,21 +39,35 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let store = AnyStore::open(&config).await?;
-    serve(&config, store, listener, shutdown).await
+    let state = open(&config).await?;
+    serve(state, &config, listener, shutdown).await
 }
 
-/// As [`run`], on a store already open.
+/// Everything that can fail before serving: every source's verifier is built and the store is
+/// opened (reached, and migrated if needed). `idemgate serve` calls this before it binds, so it
+/// never says "listening" when it cannot serve.
+///
+/// # Errors
+/// [`StartError::Config`] for a source that cannot be built, [`StartError::Store`] when the
+/// store cannot be opened.
+pub async fn open(config: &Config) -> Result<AppState, StartError> {
+    // The verifiers first: a configuration error is found without touching the store.
+    AppState::new(config, AnyStore::memory())?;
+    let store = AnyStore::open(config).await?;
+    Ok(AppState::new(config, store)?)
+}
+
+/// Serves `listener` with a state from [`open`] (or built over a store of the caller's), until
+/// `shutdown`; as [`run`].
 ///
 /// # Errors
 /// As [`run`].
 pub async fn serve(
+    state: AppState,
     config: &Config,
-    store: AnyStore,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let state = AppState::new(config, store)?;
     let cancel = CancellationToken::new();
     let sweeper = admin::spawn_sweeper(&state, config.store.sweep_interval, cancel.clone());
     let retention = admin::spawn_history_retention(

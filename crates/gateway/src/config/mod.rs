@@ -4,7 +4,6 @@
 //! errors that name the key; durations are human (`90s`, `10m`, `3d`); each source's TTL is
 //! validated against its delivery contract at load, so a TTL below the retry window never starts.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,9 +65,10 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Where the gateway listens.
+    /// Where the gateway listens: `host:port`, the host an address or a name
+    /// (`127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`).
     #[serde(default = "default_listen")]
-    pub listen: SocketAddr,
+    pub listen: String,
     /// This gateway's instance name, recorded with every claim it takes, so that after a crash
     /// the restarted process frees its own earlier claims at once instead of waiting out their
     /// leases. Every gateway running at the same time on one store needs its own name; the
@@ -86,8 +86,28 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
 }
 
-fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 8080))
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_owned()
+}
+
+/// Checks that `listen` reads as `host:port` (the host is resolved when the gateway binds).
+///
+/// # Errors
+/// A [`ConfigError`] naming `key`.
+pub fn check_listen(key: &'static str, listen: &str) -> Result<(), ConfigError> {
+    let ok = listen.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Global {
+            key,
+            why: format!(
+                "{listen:?} is not host:port (such as 127.0.0.1:8080, [::1]:8080 or localhost:8080)"
+            ),
+        })
+    }
 }
 
 /// Which store holds the claims.
@@ -661,6 +681,7 @@ impl Config {
                 why: "required when store.kind = \"postgres\"".into(),
             });
         }
+        check_listen("listen", &self.listen)?;
         if let Some(name) = &self.instance
             && let Err(why) = check_instance(name)
         {
