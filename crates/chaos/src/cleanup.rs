@@ -42,10 +42,8 @@ impl Registry {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "idemgate-chaos-{}-{nanos:08x}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("idemgate-chaos-{}-{nanos:08x}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let registry = Self {
             dir,

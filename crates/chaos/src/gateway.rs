@@ -31,11 +31,13 @@ pub struct SourceSpec {
     pub ttl: Duration,
 }
 
-/// A SIGKILL: which process, when (run microseconds).
+/// A SIGKILL: which process, when it was sent and when the process was gone (run
+/// microseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kill {
     pub via: Via,
     pub at: u64,
+    pub dead: u64,
 }
 
 #[derive(Debug)]
@@ -77,7 +79,12 @@ impl Gateway {
     ///
     /// # Errors
     /// When no free port is found.
-    pub fn new(env: &Env, index: u8, store_toml: String, source: SourceSpec) -> anyhow::Result<Self> {
+    pub fn new(
+        env: &Env,
+        index: u8,
+        store_toml: String,
+        source: SourceSpec,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             index,
             port: free_port()?,
@@ -244,10 +251,15 @@ late_duplicates = "flag"
         let at = self.clock.now();
         let _ = child.start_kill();
         let _ = child.wait().await;
+        let dead = self.clock.now();
         if let Some(id) = self.cleanup.take() {
             self.registry.remove(id);
         }
-        Some(Kill { via: self.via(), at })
+        Some(Kill {
+            via: self.via(),
+            at,
+            dead,
+        })
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within 10 s.
@@ -266,7 +278,10 @@ late_duplicates = "flag"
             .await
             .is_err()
         {
-            eprintln!("gateway g{} ignored SIGTERM for 10 s; killing it", self.index);
+            eprintln!(
+                "gateway g{} ignored SIGTERM for 10 s; killing it",
+                self.index
+            );
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
@@ -309,6 +324,8 @@ pub struct LogSummary {
     pub sweep_runs: u64,
     pub swept_rows: u64,
     pub sweep_failures: u64,
+    /// The longest sweep run, in milliseconds (its `elapsed_ms`).
+    pub longest_sweep_ms: u64,
     pub partitions_dropped: u64,
 }
 
@@ -339,11 +356,17 @@ impl LogSummary {
             } else if message.starts_with("sweep run") {
                 self.sweep_runs += 1;
                 self.swept_rows += field(line, "rows").unwrap_or(0);
+                self.longest_sweep_ms = self
+                    .longest_sweep_ms
+                    .max(field(line, "elapsed_ms").unwrap_or(0));
             } else if message.starts_with("dropped partitions") {
                 self.partitions_dropped += line.matches("\"dedup_").count() as u64;
             }
             if let Some(level) = level {
-                *self.warnings.entry(format!("{level} {message}")).or_default() += 1;
+                *self
+                    .warnings
+                    .entry(format!("{level} {message}"))
+                    .or_default() += 1;
             }
         }
     }
@@ -356,7 +379,9 @@ fn message_of(line: &str) -> String {
     for word in after.split(' ') {
         if let Some((name, _)) = word.split_once('=')
             && !name.is_empty()
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
         {
             break;
         }
@@ -369,7 +394,10 @@ fn message_of(line: &str) -> String {
 fn field(line: &str, name: &str) -> Option<u64> {
     let pat = format!(" {name}=");
     let at = line.find(&pat)? + pat.len();
-    let digits: String = line[at..].chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok()
 }
 
@@ -395,9 +423,11 @@ mod tests {
         let s = LogSummary::read(&[log]);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!((s.sweep_runs, s.swept_rows, s.sweep_failures), (2, 12, 1));
+        assert_eq!(s.longest_sweep_ms, 3);
         assert_eq!(s.partitions_dropped, 2);
         assert_eq!(
-            s.warnings.get("WARN forwarded, but the claim could not be completed"),
+            s.warnings
+                .get("WARN forwarded, but the claim could not be completed"),
             Some(&2)
         );
         assert_eq!(s.warnings.get("WARN sweep run failed"), Some(&1));

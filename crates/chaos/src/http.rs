@@ -57,7 +57,10 @@ mod tests {
     #[test]
     fn metric_sums_matching_samples() {
         let text = "# HELP x\nidemgate_redis_tier_total{result=\"hit\"} 12\nidemgate_redis_tier_total{result=\"miss\"} 3\nidemgate_live_rows 7\nidemgate_live_rows_other 1\n";
-        assert_eq!(super::metric(text, "idemgate_redis_tier_total", "\"hit\""), 12.0);
+        assert_eq!(
+            super::metric(text, "idemgate_redis_tier_total", "\"hit\""),
+            12.0
+        );
         assert_eq!(super::metric(text, "idemgate_redis_tier_total", ""), 15.0);
         assert_eq!(super::metric(text, "idemgate_live_rows", ""), 7.0);
         assert_eq!(super::metric(text, "absent", ""), 0.0);

@@ -153,8 +153,7 @@ impl Ctx {
         self.pg
             .get_or_try_init(|| async {
                 eprintln!("starting a private PostgreSQL (initdb + pg_ctl)");
-                pg::PrivatePg::start(&self.pg_bin, self.registry.dir(), self.registry.clone())
-                    .await
+                pg::PrivatePg::start(&self.pg_bin, self.registry.dir(), self.registry.clone()).await
             })
             .await
     }

@@ -37,11 +37,7 @@ impl PrivatePg {
     /// # Errors
     /// When the binaries are missing, initdb fails, or the server does not start; the message
     /// says what was run and includes its output.
-    pub async fn start(
-        bin: &Path,
-        parent: &Path,
-        registry: Arc<Registry>,
-    ) -> anyhow::Result<Self> {
+    pub async fn start(bin: &Path, parent: &Path, registry: Arc<Registry>) -> anyhow::Result<Self> {
         if !bin.join("initdb").exists() || !bin.join("pg_ctl").exists() {
             bail!(
                 "no initdb/pg_ctl in {} (install PostgreSQL 15's server package, or pass --pg-bin)",
@@ -205,7 +201,14 @@ impl PrivatePg {
     pub async fn stop_fast(&self) -> anyhow::Result<()> {
         self.run(
             "pg_ctl",
-            &["-D", &self.data.to_string_lossy(), "-m", "fast", "-w", "stop"],
+            &[
+                "-D",
+                &self.data.to_string_lossy(),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ],
         )
         .await
         .map(drop)
@@ -226,7 +229,15 @@ impl PrivatePg {
     pub async fn psql(&self, sql: &str) -> anyhow::Result<String> {
         let psql = self.bin.join("psql");
         let out = tokio::process::Command::new(&psql)
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args([
+                "-X",
+                "-q",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
             .arg("-p")
             .arg(self.port.to_string())
             .args(["-U", USER, "-d", "postgres", "-c", sql])
@@ -246,7 +257,14 @@ impl PrivatePg {
         let _ = self
             .run(
                 "pg_ctl",
-                &["-D", &self.data.to_string_lossy(), "-m", "immediate", "-w", "stop"],
+                &[
+                    "-D",
+                    &self.data.to_string_lossy(),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
             )
             .await;
         self.registry.remove(self.cleanup);
@@ -275,7 +293,10 @@ async fn user_ids(user: &str) -> anyhow::Result<(u32, u32)> {
                 .output()
                 .await?;
             if !out.status.success() {
-                bail!("id {flag} {user}: {}", String::from_utf8_lossy(&out.stderr).trim());
+                bail!(
+                    "id {flag} {user}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
             }
             Ok::<u32, anyhow::Error>(String::from_utf8_lossy(&out.stdout).trim().parse()?)
         }

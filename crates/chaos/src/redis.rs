@@ -95,7 +95,10 @@ impl RedisServer {
             }
             if tokio::time::Instant::now() > deadline {
                 let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-                bail!("redis-server on port {} did not answer PING:\n{log}", self.port);
+                bail!(
+                    "redis-server on port {} did not answer PING:\n{log}",
+                    self.port
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

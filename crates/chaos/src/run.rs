@@ -66,10 +66,7 @@ impl<'a> Run<'a> {
     ) -> anyhow::Result<Self> {
         let dir = ctx.registry.dir().join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let short: String = name
-            .split('-')
-            .filter_map(|w| w.chars().next())
-            .collect();
+        let short: String = name.split('-').filter_map(|w| w.chars().next()).collect();
         let tag = format!("{short}{:x}{}", ctx.seed, ctx.nonce);
         let downstream = Downstream::start(ctx.clock, &tag, ctx.seed, behavior).await?;
         Ok(Self {
@@ -156,6 +153,10 @@ impl<'a> Run<'a> {
     /// Starts the senders (round-robin over the gateways).
     pub fn load(&mut self, spec: LoadSpec) -> Arc<Senders> {
         self.events = spec.events;
+        let what = format!(
+            "load started: {} events x {} deliveries, concurrency {}",
+            spec.events, spec.deliveries, spec.concurrency
+        );
         let targets = self.gateways.iter().map(|g| (g.index, g.addr())).collect();
         let senders = Senders::new(
             spec,
@@ -167,10 +168,7 @@ impl<'a> Run<'a> {
         );
         self.load = Some(tokio::spawn(senders.clone().run()));
         self.senders = Some(senders.clone());
-        self.note(format!(
-            "load started: {} events x {} deliveries, concurrency {}",
-            self.ctx.sizes.events, self.ctx.sizes.deliveries, self.ctx.sizes.concurrency
-        ));
+        self.note(what);
         senders
     }
 
@@ -277,8 +275,11 @@ impl<'a> Run<'a> {
         );
         let mut timeline = std::mem::take(&mut self.timeline);
         timeline.sort_by_key(|(at, _)| *at);
-        v.notes
-            .extend(timeline.into_iter().map(|(at, what)| format!("{}: {what}", ms(at))));
+        v.notes.extend(
+            timeline
+                .into_iter()
+                .map(|(at, what)| format!("{}: {what}", ms(at))),
+        );
         let foreign = self.downstream.foreign();
         if !foreign.is_empty() {
             v.failures.push(format!(

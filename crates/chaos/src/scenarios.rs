@@ -105,11 +105,18 @@ fn short_ttl_spec(run: &Run<'_>, t: &ShortTtl) -> crate::load::LoadSpec {
 
 /// Three gateways on one private PostgreSQL (their own instance names), deliveries round-robin,
 /// sweeping every second with 6 s TTLs, g2 SIGKILLed at 40% and restarted.
-pub async fn multi_postgres(ctx: &Ctx, name: &'static str, expiry: &str) -> anyhow::Result<Verdict> {
+pub async fn multi_postgres(
+    ctx: &Ctx,
+    name: &'static str,
+    expiry: &str,
+) -> anyhow::Result<Verdict> {
     let t = short_ttl();
     let mut run = Run::new(ctx, name, t.source.clone(), quick()).await?;
     let pg = ctx.postgres().await?;
-    run.add_gateways(3, &postgres_store(&pg.url(), &schema(&run), expiry, SECS(1)))?;
+    run.add_gateways(
+        3,
+        &postgres_store(&pg.url(), &schema(&run), expiry, SECS(1)),
+    )?;
     run.start_gateways().await?;
     let spec = short_ttl_spec(&run, &t);
     run.load(spec);
@@ -119,8 +126,8 @@ pub async fn multi_postgres(ctx: &Ctx, name: &'static str, expiry: &str) -> anyh
     let mut v = run.finish().await?;
     let logs = run.log_summary();
     v.notes.push(format!(
-        "sweep runs {} (across the three gateways), rows swept {}, dedup partitions dropped {}, failed runs {}",
-        logs.sweep_runs, logs.swept_rows, logs.partitions_dropped, logs.sweep_failures
+        "sweep runs {} (across the three gateways), rows swept {}, dedup partitions dropped {}, failed runs {}, longest run {} ms",
+        logs.sweep_runs, logs.swept_rows, logs.partitions_dropped, logs.sweep_failures, logs.longest_sweep_ms
     ));
     if logs.sweep_failures > 0 {
         v.failures.push(format!(
@@ -133,16 +140,17 @@ pub async fn multi_postgres(ctx: &Ctx, name: &'static str, expiry: &str) -> anyh
             "no dedup partition was dropped: the scenario did not exercise partition maintenance"
                 .into(),
         ),
-        "batched" if logs.swept_rows == 0 => v.failures.push(
-            "no expired row was swept: the scenario did not exercise the sweeper".into(),
-        ),
+        "batched" if logs.swept_rows == 0 => v
+            .failures
+            .push("no expired row was swept: the scenario did not exercise the sweeper".into()),
         _ => {}
     }
     if let Ok(live) = pg
         .psql(&format!("SELECT count(*) FROM {}.dedup", schema(&run)))
         .await
     {
-        v.notes.push(format!("dedup rows left in the table at the end: {live}"));
+        v.notes
+            .push(format!("dedup rows left in the table at the end: {live}"));
     }
     Ok(v)
 }
@@ -176,7 +184,10 @@ pub async fn multi_redis(ctx: &Ctx) -> anyhow::Result<Verdict> {
 pub async fn postgres_restart(ctx: &Ctx) -> anyhow::Result<Verdict> {
     let mut run = Run::new(ctx, "postgres-restart", short_lease(), quick()).await?;
     let pg = ctx.postgres().await?;
-    run.add_gateways(1, &postgres_store(&pg.url(), &schema(&run), "batched", SECS(60)))?;
+    run.add_gateways(
+        1,
+        &postgres_store(&pg.url(), &schema(&run), "batched", SECS(60)),
+    )?;
     run.start_gateways().await?;
     let spec = run.spec();
     run.load(spec);
@@ -196,8 +207,9 @@ pub async fn postgres_restart(ctx: &Ctx) -> anyhow::Result<Verdict> {
 }
 
 /// SQLite behind a Redis tier on a private redis-server: FLUSHALL at 15% and 30%, maxmemory 1mb
-/// with allkeys-lru from 45% to 65%, a restart (down 1.5 s) at 75%. Deliveries spread over 1.5 s
-/// so that many repeats come after the first completed, through the tier.
+/// with allkeys-lru from 45% to 65%, a restart (down 1.5 s) at 75%. Deliveries spread over 1 s
+/// so that many repeats come after the first completed, through the tier; three times the
+/// concurrency, since each event now lasts that long.
 pub async fn redis_tier(ctx: &Ctx) -> anyhow::Result<Verdict> {
     crate::redis::available().await?;
     let mut run = Run::new(ctx, "redis-tier", short_lease(), quick()).await?;
@@ -211,7 +223,8 @@ pub async fn redis_tier(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.add_gateways(1, &toml)?;
     run.start_gateways().await?;
     let mut spec = run.spec();
-    spec.spread = MS(1_500);
+    spec.spread = MS(1_000);
+    spec.concurrency *= 3;
     run.load(spec);
     let result = async {
         for at in [0.15, 0.3] {
@@ -220,12 +233,16 @@ pub async fn redis_tier(ctx: &Ctx) -> anyhow::Result<Verdict> {
             run.note("FLUSHALL");
         }
         run.reach(0.45).await?;
-        redis.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]).await?;
+        redis
+            .cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"])
+            .await?;
         redis.cli(&["CONFIG", "SET", "maxmemory", "1mb"]).await?;
         run.note("maxmemory 1mb, allkeys-lru");
         run.reach(0.65).await?;
         redis.cli(&["CONFIG", "SET", "maxmemory", "0"]).await?;
-        redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await?;
+        redis
+            .cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+            .await?;
         let evicted = redis.cli(&["INFO", "stats"]).await.unwrap_or_default();
         let evicted = evicted
             .lines()
@@ -254,9 +271,8 @@ pub async fn redis_tier(ctx: &Ctx) -> anyhow::Result<Verdict> {
         "tier (last gateway process): {hit} hits, {miss} misses, {error} errors, {bypassed} bypassed"
     ));
     if hit == 0.0 {
-        v.failures.push(
-            "the Redis tier answered no duplicate: the scenario did not exercise it".into(),
-        );
+        v.failures
+            .push("the Redis tier answered no duplicate: the scenario did not exercise it".into());
     }
     Ok(v)
 }
@@ -282,8 +298,8 @@ pub async fn sweeper(ctx: &Ctx) -> anyhow::Result<Verdict> {
     let mut v = run.finish().await?;
     let logs = run.log_summary();
     v.notes.push(format!(
-        "sweep runs {}, rows swept {}, failed runs {}",
-        logs.sweep_runs, logs.swept_rows, logs.sweep_failures
+        "sweep runs {}, rows swept {}, failed runs {}, longest run {} ms (sweep_interval 1s)",
+        logs.sweep_runs, logs.swept_rows, logs.sweep_failures, logs.longest_sweep_ms
     ));
     if logs.swept_rows == 0 {
         v.failures
@@ -330,7 +346,12 @@ pub async fn downstream(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.grace = MS(1_400);
     run.settle(SECS(15))?;
     let mut v = run.finish().await?;
-    let count = |status: u16| run.processings.iter().filter(|p| p.status == status).count();
+    let count = |status: u16| {
+        run.processings
+            .iter()
+            .filter(|p| p.status == status)
+            .count()
+    };
     let (failed, hung) = (count(500), count(503));
     v.notes.push(format!(
         "downstream answered 500 to {failed} requests and hung on {hung}"

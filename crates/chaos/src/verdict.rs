@@ -5,6 +5,8 @@
 //! A second processing is explained when all of these hold:
 //! - the processing before it was forwarded by a gateway process that was SIGKILLed later (the
 //!   process died with the delivery in its hands);
+//! - it was not processed again more than the TTL after the first (a delivery that late is
+//!   outside the sender's retry window, and the scenarios are sized so that none is sent);
 //! - no sender had been told `forwarded` for that processing before the kill (if one had, the
 //!   claim's completion was durable, or should have been, before the answer: a second
 //!   processing then is a bug, kill or not);
@@ -81,41 +83,86 @@ impl Verdict {
     }
 }
 
-/// Judges one scenario run.
 /// Everything the senders and the downstream saw of `event`, in time order, on one line.
 pub fn history(event: u32, processings: &[Processing], answers: &[Answer]) -> String {
     use crate::clock::ms;
-    let mut seen: Vec<(u64, String)> = Vec::new();
-    for a in answers.iter().filter(|a| a.event == event) {
-        let attempt = if a.attempt > 0 {
-            format!(" attempt {}", a.attempt)
-        } else {
-            String::new()
-        };
-        let what = match a.outcome {
-            Outcome::Other => format!("http-{}", a.status),
-            o => o.name().to_owned(),
-        };
-        seen.push((
-            a.sent,
-            format!("sent to g{} at {} -> {what}{attempt} at {}", a.gateway, ms(a.sent), ms(a.at)),
-        ));
+    enum Seen<'a> {
+        Sent(&'a Answer),
+        Got(&'a Processing),
     }
-    for p in processings.iter().filter(|p| p.event == event) {
-        seen.push((
-            p.received,
-            format!(
-                "downstream got attempt {} from {} at {} -> {} at {}",
-                p.attempt,
-                p.via,
-                ms(p.received),
-                p.status,
-                ms(p.answered)
-            ),
-        ));
-    }
+    let mut seen: Vec<(u64, Seen<'_>)> = answers
+        .iter()
+        .filter(|a| a.event == event)
+        .map(|a| (a.sent, Seen::Sent(a)))
+        .chain(
+            processings
+                .iter()
+                .filter(|p| p.event == event)
+                .map(|p| (p.received, Seen::Got(p))),
+        )
+        .collect();
     seen.sort_by_key(|(at, _)| *at);
-    let lines: Vec<String> = seen.into_iter().map(|(_, s)| s).collect();
+    let name = |a: &Answer| match a.outcome {
+        Outcome::Other => format!("http-{}", a.status),
+        o => o.name().to_owned(),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < seen.len() {
+        match &seen[i].1 {
+            Seen::Got(p) => {
+                lines.push(format!(
+                    "downstream got attempt {} from {} at {} -> {} at {}",
+                    p.attempt,
+                    p.via,
+                    ms(p.received),
+                    p.status,
+                    ms(p.answered)
+                ));
+                i += 1;
+            }
+            Seen::Sent(a) => {
+                // Consecutive identical answers (same gateway, outcome, attempt) on one line.
+                let mut j = i + 1;
+                while let Some((_, Seen::Sent(b))) = seen.get(j) {
+                    if (b.gateway, b.outcome, b.status, b.attempt)
+                        != (a.gateway, a.outcome, a.status, a.attempt)
+                    {
+                        break;
+                    }
+                    j += 1;
+                }
+                let attempt = if a.attempt > 0 {
+                    format!(" attempt {}", a.attempt)
+                } else {
+                    String::new()
+                };
+                if j - i == 1 {
+                    lines.push(format!(
+                        "sent to g{} at {} -> {}{attempt} at {}",
+                        a.gateway,
+                        ms(a.sent),
+                        name(a),
+                        ms(a.at)
+                    ));
+                } else {
+                    let last = match &seen[j - 1].1 {
+                        Seen::Sent(b) => b.at,
+                        Seen::Got(p) => p.answered,
+                    };
+                    lines.push(format!(
+                        "sent to g{} {} times from {} -> {}{attempt} until {}",
+                        a.gateway,
+                        j - i,
+                        ms(a.sent),
+                        name(a),
+                        ms(last)
+                    ));
+                }
+                i = j;
+            }
+        }
+    }
     format!("event {event}: {}", lines.join("; "))
 }
 
@@ -216,38 +263,52 @@ fn classify(
         );
         return double;
     }
-    let Some(kill) = kills.iter().find(|k| k.via == first.via).copied() else {
-        double.why = format!(
-            "{} forwarded the first and was never SIGKILLed",
-            first.via
-        );
-        return double;
-    };
-    double.kill = Some(kill);
+    let kill = kills.iter().find(|k| k.via == first.via).copied();
+    double.kill = kill;
+    // A `forwarded` answer for the first processing, before its process died (or, alive, before
+    // the second processing began).
+    let until = kill.map_or(second.received, |k| k.dead);
     double.told = told
         .iter()
         .find(|a| {
             a.gateway == first.via.gateway
                 && a.attempt == first.attempt
                 && a.at >= first.received
-                && a.at <= kill.at
+                && a.at <= until
         })
         .copied();
-    double.why = if first.received > kill.at {
-        format!("the first arrived after {} was killed", first.via)
-    } else if let Some(a) = double.told {
+    let told_text = double.told.map(|a| {
         format!(
-            "a sender was told `forwarded` (attempt {}) before {} was killed",
-            a.attempt, first.via
+            "a sender was told `forwarded` (attempt {}) at {}",
+            a.attempt,
+            crate::clock::ms(a.at)
         )
-    } else if second.attempt < 2 {
-        format!(
+    });
+    // What the process wrote before it died may still sit in the downstream's socket buffer when
+    // it is reaped; anything arriving later than this after its death was not sent by it.
+    const IN_TRANSIT_US: u64 = 100_000;
+    double.why = match kill {
+        None => format!(
+            "{} forwarded the first and was never SIGKILLed{}",
+            first.via,
+            told_text.map(|t| format!("; {t}")).unwrap_or_default()
+        ),
+        Some(k) if first.received > k.dead + IN_TRANSIT_US => {
+            format!("the first arrived after {} was killed", first.via)
+        }
+        Some(_) if told_text.is_some() => format!(
+            "{}, before {} was killed",
+            told_text.unwrap_or_default(),
+            first.via
+        ),
+        Some(_) if second.attempt < 2 => format!(
             "the second is attempt {}: claimed afresh, not taken over",
             second.attempt
-        )
-    } else {
-        double.explained = true;
-        format!("in flight at the SIGKILL of {}", first.via)
+        ),
+        Some(_) => {
+            double.explained = true;
+            format!("in flight at the SIGKILL of {}", first.via)
+        }
     };
     double
 }
@@ -298,8 +359,15 @@ mod tests {
         let v = judge(3, &procs, &[], &[], &[], None);
         assert_eq!(v.lost, [1]);
         assert_eq!(v.processed_once, 1);
-        assert_eq!((v.explained(), v.unexplained(), v.events_twice()), (0, 1, 1));
-        assert!(v.doubles[0].why.contains("never SIGKILLed"), "{}", v.doubles[0].why);
+        assert_eq!(
+            (v.explained(), v.unexplained(), v.events_twice()),
+            (0, 1, 1)
+        );
+        assert!(
+            v.doubles[0].why.contains("never SIGKILLed"),
+            "{}",
+            v.doubles[0].why
+        );
         assert!(!v.pass());
     }
 
@@ -308,11 +376,9 @@ mod tests {
         let kill = Kill {
             via: via(1, 1),
             at: 150,
+            dead: 160,
         };
-        let procs = [
-            p(0, 1, via(1, 1), 100, 200),
-            p(0, 2, via(1, 2), 2_000, 200),
-        ];
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 2_000, 200)];
         let v = judge(1, &procs, &[], &[kill], &[], None);
         assert_eq!((v.explained(), v.unexplained()), (1, 0));
         assert_eq!(v.doubles[0].kill, Some(kill));
@@ -320,15 +386,38 @@ mod tests {
     }
 
     #[test]
+    fn a_first_arriving_long_after_the_death_is_not_explained() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let late = [
+            p(0, 1, via(1, 1), 200_000, 200),
+            p(0, 2, via(1, 2), 300_000, 200),
+        ];
+        let v = judge(1, &late, &[], &[kill], &[], None);
+        assert!(
+            v.doubles[0].why.contains("after g1/r1 was killed"),
+            "{}",
+            v.doubles[0].why
+        );
+        // Written just before the death, read just after: still in flight.
+        let buffered = [
+            p(0, 1, via(1, 1), 170, 200),
+            p(0, 2, via(1, 2), 300_000, 200),
+        ];
+        assert!(judge(1, &buffered, &[], &[kill], &[], None).pass());
+    }
+
+    #[test]
     fn a_fresh_claim_after_a_kill_is_not_explained() {
         let kill = Kill {
             via: via(1, 1),
             at: 150,
+            dead: 160,
         };
-        let procs = [
-            p(0, 1, via(1, 1), 100, 200),
-            p(0, 1, via(1, 2), 2_000, 200),
-        ];
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 1, via(1, 2), 2_000, 200)];
         let v = judge(1, &procs, &[], &[kill], &[], None);
         assert_eq!(v.unexplained(), 1);
         assert!(v.doubles[0].why.contains("claimed afresh"));
@@ -339,11 +428,9 @@ mod tests {
         let kill = Kill {
             via: via(2, 1),
             at: 500,
+            dead: 510,
         };
-        let procs = [
-            p(0, 1, via(2, 1), 100, 200),
-            p(0, 2, via(3, 1), 2_000, 200),
-        ];
+        let procs = [p(0, 1, via(2, 1), 100, 200), p(0, 2, via(3, 1), 2_000, 200)];
         // A forwarded answer from another gateway, or for another attempt, does not count.
         let unrelated = [forwarded(0, 3, 1, 200), forwarded(0, 2, 3, 200)];
         assert!(judge(1, &procs, &unrelated, &[kill], &[], None).pass());
@@ -354,10 +441,44 @@ mod tests {
     }
 
     #[test]
+    fn told_forwarded_without_a_kill_is_named() {
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 1), 3_000, 200)];
+        let told = [forwarded(0, 1, 1, 200)];
+        let v = judge(1, &procs, &told, &[], &[], None);
+        assert_eq!(v.doubles[0].told, Some(told[0]));
+        assert!(
+            v.doubles[0]
+                .why
+                .contains("never SIGKILLed; a sender was told"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn history_lists_both_sides_in_order_and_folds_repeats() {
+        let mut busy = forwarded(0, 1, 0, 50);
+        busy.outcome = Outcome::InFlight;
+        busy.status = 409;
+        let mut busy2 = busy;
+        busy2.sent = 60;
+        busy2.at = 70;
+        let answers = [busy, busy2, forwarded(0, 1, 1, 300)];
+        let line = history(0, &[p(0, 1, via(1, 1), 260, 200)], &answers);
+        assert_eq!(
+            line,
+            "event 0: sent to g1 2 times from 0.0 ms -> in-flight until 0.1 ms; \
+             downstream got attempt 1 from g1/r1 at 0.3 ms -> 200 at 0.3 ms; \
+             sent to g1 at 0.3 ms -> forwarded attempt 1 at 0.3 ms"
+        );
+    }
+
+    #[test]
     fn three_processings_are_two_doubles_each_judged() {
         let kill = Kill {
             via: via(1, 1),
             at: 150,
+            dead: 160,
         };
         let procs = [
             p(0, 2, via(1, 2), 2_000, 200),
@@ -366,7 +487,10 @@ mod tests {
         ];
         let v = judge(1, &procs, &[], &[kill], &[], None);
         assert_eq!(v.doubles.len(), 2);
-        assert_eq!((v.explained(), v.unexplained(), v.events_twice()), (1, 1, 1));
+        assert_eq!(
+            (v.explained(), v.unexplained(), v.events_twice()),
+            (1, 1, 1)
+        );
     }
 
     #[test]
@@ -374,15 +498,17 @@ mod tests {
         let kill = Kill {
             via: via(1, 1),
             at: 150,
+            dead: 160,
         };
-        let procs = [
-            p(0, 1, via(1, 1), 100, 200),
-            p(0, 2, via(1, 2), 5_000, 200),
-        ];
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 5_000, 200)];
         assert!(judge(1, &procs, &[], &[kill], &[], Some(10_000)).pass());
         let v = judge(1, &procs, &[], &[kill], &[], Some(1_000));
         assert_eq!(v.unexplained(), 1);
-        assert!(v.doubles[0].why.contains("beyond the TTL"), "{}", v.doubles[0].why);
+        assert!(
+            v.doubles[0].why.contains("beyond the TTL"),
+            "{}",
+            v.doubles[0].why
+        );
     }
 
     #[test]
@@ -391,7 +517,14 @@ mod tests {
         other.outcome = Outcome::Other;
         other.status = 418;
         let answers = [forwarded(0, 1, 1, 20), other];
-        let v = judge(1, &[p(0, 1, via(1, 1), 1, 200)], &answers, &[], &[0, 0, 0], None);
+        let v = judge(
+            1,
+            &[p(0, 1, via(1, 1), 1, 200)],
+            &answers,
+            &[],
+            &[0, 0, 0],
+            None,
+        );
         assert_eq!((v.unacked_deliveries, v.unacked_events), (3, 1));
         assert_eq!(v.outcomes.get("forwarded"), Some(&1));
         assert_eq!(v.outcomes.get("http-418"), Some(&1));
