@@ -196,7 +196,7 @@ late_duplicates = "flag"
             .with_context(|| format!("starting {}", self.bin.display()))?;
         let pid = child.id().context("the gateway exited at once")?;
         self.cleanup = Some(self.registry.add(format!(
-            "p={pid}; tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF {} && kill -9 $p",
+            "p={pid}; tr '\\0' ' ' 2>/dev/null < /proc/$p/cmdline | grep -qF {} && kill -9 $p; true",
             quote(&config)
         )));
         self.child = Some(child);

@@ -193,6 +193,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bin.display()
         );
     }
+    // Gateways run in their scenario's directory: the path must not be relative.
+    let bin = bin
+        .canonicalize()
+        .with_context(|| format!("resolving {}", bin.display()))?;
     if cli.events == 0 || cli.deliveries == 0 || cli.concurrency == 0 {
         anyhow::bail!("--events, --deliveries and --concurrency must be above zero");
     }

@@ -84,7 +84,7 @@ impl RedisServer {
         let pid = child.id().context("redis-server exited at once")?;
         // redis-server runs in its --dir: that is how the watchdog knows the pid is still ours.
         self.cleanup = Some(self.registry.add(format!(
-            "p={pid}; [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = {} ] && kill -9 $p",
+            "p={pid}; [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = {} ] && kill -9 $p; true",
             quote(&self.dir)
         )));
         self.child = Some(child);

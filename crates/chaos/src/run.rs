@@ -227,15 +227,16 @@ impl<'a> Run<'a> {
             .with_context(|| format!("no gateway g{index}"))
     }
 
-    /// Faults are over: deliveries may retry for `settle` more.
+    /// Faults are over: once every event has started, deliveries may retry for `settle` more.
     ///
     /// # Errors
     /// When the load has not started.
-    pub fn settle(&mut self, settle: Duration) -> anyhow::Result<()> {
+    pub async fn settle(&mut self, settle: Duration) -> anyhow::Result<()> {
+        self.reach(1.0).await?;
         let at = self.clock().after(settle);
         self.senders()?.set_deadline(at);
         self.note(format!(
-            "faults over; senders retry until {} at the latest",
+            "faults over, every event started; senders retry until {} at the latest",
             ms(at)
         ));
         Ok(())
@@ -280,6 +281,28 @@ impl<'a> Run<'a> {
                 .into_iter()
                 .map(|(at, what)| format!("{}: {what}", ms(at))),
         );
+        for k in &self.kills {
+            let mut mid: Vec<u32> = self
+                .processings
+                .iter()
+                .filter(|p| p.via == k.via && p.received <= k.dead && p.answered >= k.at)
+                .map(|p| p.event)
+                .collect();
+            mid.sort_unstable();
+            mid.dedup();
+            let again = v
+                .doubles
+                .iter()
+                .filter(|d| d.explained && d.kill == Some(*k))
+                .count();
+            v.notes.push(format!(
+                "SIGKILL of {} at {}: the downstream had {} of its forwards in hand; {} events it had forwarded were processed again (taken over after the kill)",
+                k.via,
+                ms(k.at),
+                mid.len(),
+                again
+            ));
+        }
         let foreign = self.downstream.foreign();
         if !foreign.is_empty() {
             v.failures.push(format!(

@@ -44,7 +44,7 @@ pub async fn kill(ctx: &Ctx, name: &'static str, store: Store) -> anyhow::Result
         let down = rng.duration(MS(100), MS(400));
         run.kill_and_restart(1, down).await?;
     }
-    run.settle(SECS(15))?;
+    run.settle(SECS(15)).await?;
     run.finish().await
 }
 
@@ -122,7 +122,7 @@ pub async fn multi_postgres(
     run.load(spec);
     run.reach(0.4).await?;
     run.kill_and_restart(2, MS(300)).await?;
-    run.settle(SECS(10))?;
+    run.settle(SECS(10)).await?;
     let mut v = run.finish().await?;
     let logs = run.log_summary();
     v.notes.push(format!(
@@ -173,7 +173,7 @@ pub async fn multi_redis(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.load(spec);
     run.reach(0.4).await?;
     run.kill_and_restart(2, MS(300)).await?;
-    run.settle(SECS(10))?;
+    run.settle(SECS(10)).await?;
     let v = run.finish().await;
     cluster.stop().await;
     v
@@ -202,7 +202,7 @@ pub async fn postgres_restart(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.note("pg_ctl start");
     pg.start_again().await?;
     run.note("PostgreSQL back");
-    run.settle(SECS(20))?;
+    run.settle(SECS(20)).await?;
     run.finish().await
 }
 
@@ -255,7 +255,7 @@ pub async fn redis_tier(ctx: &Ctx) -> anyhow::Result<Verdict> {
         run.note("redis-server stopped (SHUTDOWN NOSAVE)");
         redis.restart(MS(1_500)).await?;
         run.note("redis-server started again, empty");
-        run.settle(SECS(15))?;
+        run.settle(SECS(15)).await?;
         run.finish().await
     }
     .await;
@@ -294,7 +294,7 @@ pub async fn sweeper(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.start_gateways().await?;
     let spec = short_ttl_spec(&run, &t);
     run.load(spec);
-    run.settle(SECS(10))?;
+    run.settle(SECS(10)).await?;
     let mut v = run.finish().await?;
     let logs = run.log_summary();
     v.notes.push(format!(
@@ -344,7 +344,7 @@ pub async fn downstream(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.downstream.set(quick());
     run.note("downstream answers 2xx again");
     run.grace = MS(1_400);
-    run.settle(SECS(15))?;
+    run.settle(SECS(15)).await?;
     let mut v = run.finish().await?;
     let count = |status: u16| {
         run.processings
@@ -398,7 +398,7 @@ pub async fn recovery(ctx: &Ctx) -> anyhow::Result<Verdict> {
     let ready = run.gateway(1)?.start().await?;
     let after = run.gateway(1)?.via();
     run.note(format!("{after} ready (restarted)"));
-    run.settle(lease + SECS(15))?;
+    run.settle(lease + SECS(15)).await?;
     run.grace = MS(1_600);
     let mut v = run.finish().await?;
 
