@@ -37,7 +37,7 @@ impl Scenario {
 pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# idemgate chaos\n\n{header}\n");
-    out.push_str("| scenario | store | events | attempts | processed once | lost | processed twice | in flight at a kill | unexplained | unacked deliveries | time | verdict |\n");
+    out.push_str("| scenario | store | events | attempts | processed once | lost | processed more than once | 2nd processings in flight at a kill | unexplained | unacked deliveries | time | verdict |\n");
     out.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for s in scenarios {
         let time = format!("{:.1} s", s.seconds);
@@ -136,7 +136,7 @@ fn section(out: &mut String, v: &Verdict, max_rows: usize) {
     if !v.doubles.is_empty() {
         let _ = writeln!(
             out,
-            "\n**Processed twice** ({} second processings, {} in flight at a kill, {} unexplained; unexplained first):\n",
+            "\n**Processed more than once** ({} second processings, {} in flight at a kill, {} unexplained; unexplained first):\n",
             v.doubles.len(),
             v.explained(),
             v.unexplained()
