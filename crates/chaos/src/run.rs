@@ -1,0 +1,355 @@
+//! One scenario run: a downstream, gateways, senders, a fault script, and the verdict.
+//!
+//! A scenario builds a [`Run`], adds and starts its gateways, starts the load, then plays its
+//! faults against the load's progress (the share of events started), so a fault lands at the
+//! same point of the load whatever the sizes and the machine's speed. When the faults are over
+//! it sets the senders' deadline (`settle` from then) and calls [`Run::finish`]: wait for every
+//! delivery to end, let the downstream's last handlers answer, read the gateways' metrics and
+//! logs, stop everything, and judge.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::Ctx;
+use crate::clock::{Clock, ms};
+use crate::downstream::{Behavior, Downstream, Processing};
+use crate::gateway::{Env, Gateway, Kill, LogSummary, SourceSpec};
+use crate::load::{Answer, LoadSpec, Senders};
+use crate::verdict::{self, Verdict};
+
+#[derive(Debug)]
+pub struct Run<'a> {
+    pub ctx: &'a Ctx,
+    pub name: &'static str,
+    /// Unique per scenario run: event ids are `evt_{tag}_{n}`.
+    pub tag: String,
+    pub dir: PathBuf,
+    pub downstream: Downstream,
+    pub gateways: Vec<Gateway>,
+    pub kills: Vec<Kill>,
+    pub timeline: Vec<(u64, String)>,
+    pub source: SourceSpec,
+    /// The load's events (set by [`Run::load`]).
+    events: u32,
+    senders: Option<Arc<Senders>>,
+    load: Option<tokio::task::JoinHandle<()>>,
+    /// The longest a downstream handler may still take after the last delivery.
+    pub grace: Duration,
+    /// `/metrics` of each gateway at the end.
+    pub metrics: Vec<String>,
+    /// What the downstream handled and what the senders heard (after [`Run::finish`]).
+    pub processings: Vec<Processing>,
+    pub answers: Vec<Answer>,
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        if let Some(load) = self.load.take() {
+            load.abort();
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    /// A run directory, a downstream behaving as `behavior`, no gateways yet.
+    ///
+    /// # Errors
+    /// When the directory or the downstream cannot be made.
+    pub async fn new(
+        ctx: &'a Ctx,
+        name: &'static str,
+        source: SourceSpec,
+        behavior: Behavior,
+    ) -> anyhow::Result<Self> {
+        let dir = ctx.registry.dir().join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let short: String = name.split('-').filter_map(|w| w.chars().next()).collect();
+        let tag = format!("{short}{:x}{}", ctx.seed, ctx.nonce);
+        let downstream = Downstream::start(ctx.clock, &tag, ctx.seed, behavior).await?;
+        Ok(Self {
+            ctx,
+            name,
+            tag,
+            dir,
+            downstream,
+            gateways: Vec::new(),
+            kills: Vec::new(),
+            timeline: Vec::new(),
+            source,
+            events: 0,
+            senders: None,
+            load: None,
+            grace: Duration::from_millis(200),
+            metrics: Vec::new(),
+            processings: Vec::new(),
+            answers: Vec::new(),
+        })
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.ctx.clock
+    }
+
+    fn env(&self) -> Env {
+        Env {
+            bin: self.ctx.bin.clone(),
+            dir: self.dir.clone(),
+            downstream: self.downstream.addr,
+            registry: self.ctx.registry.clone(),
+            clock: self.ctx.clock,
+            client: self.ctx.client.clone(),
+            log_filter: "warn,idemgate_gateway::admin=info,idemgate_postgres=info".to_owned(),
+        }
+    }
+
+    /// Adds `n` gateways on the store `store_toml` describes (indexes 1..=n).
+    ///
+    /// # Errors
+    /// When no port is free.
+    pub fn add_gateways(&mut self, n: u8, store_toml: &str) -> anyhow::Result<()> {
+        let env = self.env();
+        for i in 1..=n {
+            let g = Gateway::new(&env, i, store_toml.to_owned(), self.source.clone())?;
+            self.gateways.push(g);
+        }
+        Ok(())
+    }
+
+    /// Starts every gateway at once (they race to migrate a fresh store) and waits for all.
+    ///
+    /// # Errors
+    /// When one does not become ready.
+    pub async fn start_gateways(&mut self) -> anyhow::Result<()> {
+        for g in &mut self.gateways {
+            g.launch()?;
+        }
+        for g in &mut self.gateways {
+            let ready = g.ready(Duration::from_secs(60)).await?;
+            let via = g.via();
+            self.timeline.push((ready, format!("{via} ready")));
+        }
+        Ok(())
+    }
+
+    /// The default load for this run's sizes.
+    pub fn spec(&self) -> LoadSpec {
+        let s = &self.ctx.sizes;
+        LoadSpec {
+            events: s.events,
+            deliveries: s.deliveries,
+            concurrency: s.concurrency,
+            spread: Duration::from_millis(300),
+            storm: 0.15,
+            backoff_cap: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
+            window: None,
+            min_duration: Duration::ZERO,
+        }
+    }
+
+    /// Starts the senders (round-robin over the gateways).
+    pub fn load(&mut self, spec: LoadSpec) -> Arc<Senders> {
+        self.events = spec.events;
+        let what = format!(
+            "load started: {} events x {} deliveries, concurrency {}",
+            spec.events, spec.deliveries, spec.concurrency
+        );
+        let targets = self.gateways.iter().map(|g| (g.index, g.addr())).collect();
+        let senders = Senders::new(
+            spec,
+            self.ctx.clock,
+            self.ctx.client.clone(),
+            targets,
+            &self.tag,
+            self.ctx.seed,
+        );
+        self.load = Some(tokio::spawn(senders.clone().run()));
+        self.senders = Some(senders.clone());
+        self.note(what);
+        senders
+    }
+
+    fn senders(&self) -> anyhow::Result<&Arc<Senders>> {
+        self.senders.as_ref().context("the load has not started")
+    }
+
+    /// Waits until `fraction` of the events have started.
+    ///
+    /// # Errors
+    /// When the load has not started.
+    pub async fn reach(&self, fraction: f64) -> anyhow::Result<()> {
+        self.senders()?.reach(fraction).await;
+        Ok(())
+    }
+
+    /// Records `what` in the timeline, at the current time and load progress.
+    pub fn note(&mut self, what: impl Into<String>) {
+        let progress = self
+            .senders
+            .as_ref()
+            .map(|s| format!(" (load {:.0}%)", s.progress() * 100.0))
+            .unwrap_or_default();
+        let at = self.clock().now();
+        let what = what.into();
+        eprintln!("  [{}] {} {what}{progress}", self.name, ms(at));
+        self.timeline.push((at, format!("{what}{progress}")));
+    }
+
+    /// SIGKILLs gateway `index` (1-based), leaves it down for `down_for`, starts it again.
+    /// Returns the kill and when the new incarnation was ready.
+    ///
+    /// # Errors
+    /// When it was not running or does not come back.
+    pub async fn kill_and_restart(
+        &mut self,
+        index: u8,
+        down_for: Duration,
+    ) -> anyhow::Result<(Kill, u64)> {
+        let g = self.gateway(index)?;
+        let kill = g.kill().await.context("the gateway was not running")?;
+        self.kills.push(kill);
+        self.note(format!("SIGKILL {}", kill.via));
+        tokio::time::sleep(down_for).await;
+        let g = self.gateway(index)?;
+        let ready = g.start().await?;
+        let via = g.via();
+        self.note(format!("{via} ready (restarted)"));
+        Ok((kill, ready))
+    }
+
+    pub fn gateway(&mut self, index: u8) -> anyhow::Result<&mut Gateway> {
+        self.gateways
+            .iter_mut()
+            .find(|g| g.index == index)
+            .with_context(|| format!("no gateway g{index}"))
+    }
+
+    /// Faults are over: once every event has started, deliveries may retry for `settle` more.
+    ///
+    /// # Errors
+    /// When the load has not started.
+    pub async fn settle(&mut self, settle: Duration) -> anyhow::Result<()> {
+        self.reach(1.0).await?;
+        let at = self.clock().after(settle);
+        self.senders()?.set_deadline(at);
+        self.note(format!(
+            "faults over, every event started; senders retry until {} at the latest",
+            ms(at)
+        ));
+        Ok(())
+    }
+
+    /// Waits for the load, stops everything and judges. The verdict's notes hold the timeline,
+    /// the answers and what the gateways logged.
+    ///
+    /// # Errors
+    /// When the load task failed.
+    pub async fn finish(&mut self) -> anyhow::Result<Verdict> {
+        if let Some(load) = self.load.take() {
+            load.await.context("the senders failed")?;
+        }
+        self.note("every delivery ended");
+        tokio::time::sleep(self.grace).await;
+        for g in &self.gateways {
+            if g.is_running()
+                && let Some(m) = g.metrics().await
+            {
+                self.metrics.push(m);
+            }
+        }
+        for g in &mut self.gateways {
+            g.stop().await;
+        }
+        let sent = self.senders()?.take();
+        self.processings = self.downstream.records();
+        self.answers = sent.answers;
+        let mut v = verdict::judge(
+            self.events,
+            &self.processings,
+            &self.answers,
+            &self.kills,
+            &sent.unacked,
+            Some(self.source.ttl.as_micros() as u64),
+        );
+        let mut timeline = std::mem::take(&mut self.timeline);
+        timeline.sort_by_key(|(at, _)| *at);
+        v.notes.extend(
+            timeline
+                .into_iter()
+                .map(|(at, what)| format!("{}: {what}", ms(at))),
+        );
+        for k in &self.kills {
+            let mut mid: Vec<u32> = self
+                .processings
+                .iter()
+                .filter(|p| p.via == k.via && p.received <= k.dead && p.answered >= k.at)
+                .map(|p| p.event)
+                .collect();
+            mid.sort_unstable();
+            mid.dedup();
+            let again = v
+                .doubles
+                .iter()
+                .filter(|d| d.explained && d.kill == Some(*k))
+                .count();
+            v.notes.push(format!(
+                "SIGKILL of {} at {}: the downstream had {} of its forwards in hand; {} events it had forwarded were processed again (taken over after the kill)",
+                k.via,
+                ms(k.at),
+                mid.len(),
+                again
+            ));
+        }
+        let foreign = self.downstream.foreign();
+        if !foreign.is_empty() {
+            v.failures.push(format!(
+                "the downstream got {} requests naming no event of this run, e.g. {}",
+                foreign.len(),
+                foreign[0]
+            ));
+        }
+        let logs = self.log_summary();
+        for (message, n) in &logs.warnings {
+            v.logged.push(format!("{message} (x{n})"));
+        }
+        Ok(v)
+    }
+
+    /// What every incarnation of every gateway logged.
+    pub fn log_summary(&self) -> LogSummary {
+        let paths: Vec<PathBuf> = self
+            .gateways
+            .iter()
+            .flat_map(|g| g.logs().iter().cloned())
+            .collect();
+        LogSummary::read(&paths)
+    }
+
+    /// The sum of a metric over every gateway's last `/metrics`.
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        self.metrics
+            .iter()
+            .map(|m| crate::http::metric(m, name, labels))
+            .sum()
+    }
+}
+
+/// `[store]` for SQLite in `dir/data`.
+pub fn sqlite_store(dir: &std::path::Path, sweep_interval: Duration) -> String {
+    format!(
+        "[store]\nkind = \"sqlite\"\npath = {:?}\nsweep_interval = \"{}\"\n",
+        dir.join("data").display().to_string(),
+        humantime::format_duration(sweep_interval)
+    )
+}
+
+/// `[store]` for PostgreSQL at `url` in `schema`.
+pub fn postgres_store(url: &str, schema: &str, expiry: &str, sweep_interval: Duration) -> String {
+    format!(
+        "[store]\nkind = \"postgres\"\nurl = {url:?}\nsweep_interval = \"{}\"\n\n[store.postgres]\nschema = {schema:?}\npool_size = 8\nexpiry = {expiry:?}\nsweep_batch = 100\nsweep_pause = \"10ms\"\npartition_width = \"2s\"\n",
+        humantime::format_duration(sweep_interval)
+    )
+}

@@ -1,0 +1,533 @@
+//! From what the downstream processed, what the senders heard and when gateways were killed, to
+//! a verdict: lost events, events processed twice, and for each second processing whether it is
+//! explained by a SIGKILL.
+//!
+//! A second processing is explained when all of these hold:
+//! - the processing before it was forwarded by a gateway process that was SIGKILLed later (the
+//!   process died with the delivery in its hands);
+//! - it was not processed again more than the TTL after the first (a delivery that late is
+//!   outside the sender's retry window, and the scenarios are sized so that none is sent);
+//! - no sender had been told `forwarded` for that processing before the kill (if one had, the
+//!   claim's completion was durable, or should have been, before the answer: a second
+//!   processing then is a bug, kill or not);
+//! - the second processing's `Idemgate-Attempt` is 2 or more: the claim was taken over (a lease
+//!   that lapsed, or an instance freeing its own claims), not claimed afresh as if the first had
+//!   never happened.
+//!
+//! Anything else processed twice is unexplained, and fails the scenario.
+
+use std::collections::BTreeMap;
+
+use crate::downstream::Processing;
+use crate::gateway::Kill;
+use crate::load::{Answer, Outcome};
+
+/// An event processed more than once: one of its later processings and the one before it.
+#[derive(Debug, Clone)]
+pub struct Double {
+    pub event: u32,
+    pub first: Processing,
+    pub second: Processing,
+    /// The kill of the process that forwarded `first`, if it was killed.
+    pub kill: Option<Kill>,
+    /// A `forwarded` answer a sender got for `first` before that kill.
+    pub told: Option<Answer>,
+    pub explained: bool,
+    /// Why it is (or is not) explained.
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    pub events: u32,
+    /// Attempts sent, all deliveries together.
+    pub attempts: usize,
+    pub processed_once: u32,
+    pub lost: Vec<u32>,
+    pub doubles: Vec<Double>,
+    /// Deliveries that gave up at their deadline without a 2xx, and their distinct events.
+    pub unacked_deliveries: usize,
+    pub unacked_events: usize,
+    /// Answers by outcome (`other` split by status).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Scenario-specific checks that failed (each says what and why).
+    pub failures: Vec<String>,
+    /// What happened, in order, and figures worth knowing.
+    pub notes: Vec<String>,
+    /// The gateways' warnings and errors, by message, with a count.
+    pub logged: Vec<String>,
+    /// A figure for the summary table (the crash recovery time).
+    pub headline: Option<String>,
+    /// Everything seen of the lost events and of the unexplained doubles, one line per event.
+    pub evidence: Vec<String>,
+}
+
+impl Verdict {
+    pub fn explained(&self) -> usize {
+        self.doubles.iter().filter(|d| d.explained).count()
+    }
+
+    pub fn unexplained(&self) -> usize {
+        self.doubles.iter().filter(|d| !d.explained).count()
+    }
+
+    /// Distinct events processed more than once.
+    pub fn events_twice(&self) -> usize {
+        let mut events: Vec<u32> = self.doubles.iter().map(|d| d.event).collect();
+        events.dedup();
+        events.len()
+    }
+
+    pub fn pass(&self) -> bool {
+        self.lost.is_empty() && self.unexplained() == 0 && self.failures.is_empty()
+    }
+}
+
+/// Everything the senders and the downstream saw of `event`, in time order, on one line.
+pub fn history(event: u32, processings: &[Processing], answers: &[Answer]) -> String {
+    use crate::clock::ms;
+    enum Seen<'a> {
+        Sent(&'a Answer),
+        Got(&'a Processing),
+    }
+    let mut seen: Vec<(u64, Seen<'_>)> = answers
+        .iter()
+        .filter(|a| a.event == event)
+        .map(|a| (a.sent, Seen::Sent(a)))
+        .chain(
+            processings
+                .iter()
+                .filter(|p| p.event == event)
+                .map(|p| (p.received, Seen::Got(p))),
+        )
+        .collect();
+    seen.sort_by_key(|(at, _)| *at);
+    let name = |a: &Answer| match a.outcome {
+        Outcome::Other => format!("http-{}", a.status),
+        o => o.name().to_owned(),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < seen.len() {
+        match &seen[i].1 {
+            Seen::Got(p) => {
+                lines.push(format!(
+                    "downstream got attempt {} from {} at {} -> {} at {}",
+                    p.attempt,
+                    p.via,
+                    ms(p.received),
+                    p.status,
+                    ms(p.answered)
+                ));
+                i += 1;
+            }
+            Seen::Sent(a) => {
+                // Consecutive identical answers (same gateway, outcome, attempt) on one line.
+                let mut j = i + 1;
+                while let Some((_, Seen::Sent(b))) = seen.get(j) {
+                    if (b.gateway, b.outcome, b.status, b.attempt)
+                        != (a.gateway, a.outcome, a.status, a.attempt)
+                    {
+                        break;
+                    }
+                    j += 1;
+                }
+                let attempt = if a.attempt > 0 {
+                    format!(" attempt {}", a.attempt)
+                } else {
+                    String::new()
+                };
+                if j - i == 1 {
+                    lines.push(format!(
+                        "sent to g{} at {} -> {}{attempt} at {}",
+                        a.gateway,
+                        ms(a.sent),
+                        name(a),
+                        ms(a.at)
+                    ));
+                } else {
+                    let last = match &seen[j - 1].1 {
+                        Seen::Sent(b) => b.at,
+                        Seen::Got(p) => p.answered,
+                    };
+                    lines.push(format!(
+                        "sent to g{} {} times from {} -> {}{attempt} until {}",
+                        a.gateway,
+                        j - i,
+                        ms(a.sent),
+                        name(a),
+                        ms(last)
+                    ));
+                }
+                i = j;
+            }
+        }
+    }
+    format!("event {event}: {}", lines.join("; "))
+}
+
+/// Judges one scenario run.
+pub fn judge(
+    events: u32,
+    processings: &[Processing],
+    answers: &[Answer],
+    kills: &[Kill],
+    unacked: &[u32],
+    ttl_us: Option<u64>,
+) -> Verdict {
+    let mut by_event: Vec<Vec<Processing>> = vec![Vec::new(); events as usize];
+    for p in processings.iter().filter(|p| p.processed()) {
+        if let Some(list) = by_event.get_mut(p.event as usize) {
+            list.push(*p);
+        }
+    }
+    let mut told: BTreeMap<u32, Vec<Answer>> = BTreeMap::new();
+    for a in answers.iter().filter(|a| a.outcome == Outcome::Forwarded) {
+        told.entry(a.event).or_default().push(*a);
+    }
+    let mut verdict = Verdict {
+        events,
+        attempts: answers.len(),
+        ..Verdict::default()
+    };
+    for (event, list) in by_event.iter_mut().enumerate() {
+        let event = event as u32;
+        list.sort_by_key(|p| (p.received, p.answered));
+        match list.len() {
+            0 => verdict.lost.push(event),
+            1 => verdict.processed_once += 1,
+            _ => {
+                let told = told.get(&event).map_or(&[][..], Vec::as_slice);
+                for pair in list.windows(2) {
+                    verdict
+                        .doubles
+                        .push(classify(event, pair[0], pair[1], kills, told, ttl_us));
+                }
+            }
+        }
+    }
+    let mut unacked_events = unacked.to_vec();
+    unacked_events.sort_unstable();
+    unacked_events.dedup();
+    let mut explain: Vec<u32> = verdict.lost.iter().take(10).copied().collect();
+    explain.extend(
+        verdict
+            .doubles
+            .iter()
+            .filter(|d| !d.explained)
+            .map(|d| d.event)
+            .take(10),
+    );
+    explain.dedup();
+    verdict.evidence = explain
+        .into_iter()
+        .map(|e| history(e, processings, answers))
+        .collect();
+    verdict.unacked_deliveries = unacked.len();
+    verdict.unacked_events = unacked_events.len();
+    for a in answers {
+        let name = match a.outcome {
+            Outcome::Other => format!("http-{}", a.status),
+            o => o.name().to_owned(),
+        };
+        *verdict.outcomes.entry(name).or_default() += 1;
+    }
+    verdict
+}
+
+fn classify(
+    event: u32,
+    first: Processing,
+    second: Processing,
+    kills: &[Kill],
+    told: &[Answer],
+    ttl_us: Option<u64>,
+) -> Double {
+    let mut double = Double {
+        event,
+        first,
+        second,
+        kill: None,
+        told: None,
+        explained: false,
+        why: String::new(),
+    };
+    let gap = second.received.saturating_sub(first.received);
+    if let Some(ttl) = ttl_us
+        && gap > ttl
+    {
+        double.why = format!(
+            "processed again {:.1} s after the first, beyond the TTL of {:.1} s: a delivery outside the sender's retry window",
+            gap as f64 / 1e6,
+            ttl as f64 / 1e6
+        );
+        return double;
+    }
+    let kill = kills.iter().find(|k| k.via == first.via).copied();
+    double.kill = kill;
+    // A `forwarded` answer for the first processing, before its process died (or, alive, before
+    // the second processing began).
+    let until = kill.map_or(second.received, |k| k.dead);
+    double.told = told
+        .iter()
+        .find(|a| {
+            a.gateway == first.via.gateway
+                && a.attempt == first.attempt
+                && a.at >= first.received
+                && a.at <= until
+        })
+        .copied();
+    let told_text = double.told.map(|a| {
+        format!(
+            "a sender was told `forwarded` (attempt {}) at {}",
+            a.attempt,
+            crate::clock::ms(a.at)
+        )
+    });
+    // What the process wrote before it died may still sit in the downstream's socket buffer when
+    // it is reaped; anything arriving later than this after its death was not sent by it.
+    const IN_TRANSIT_US: u64 = 100_000;
+    double.why = match kill {
+        None => format!(
+            "{} forwarded the first and was never SIGKILLed{}",
+            first.via,
+            told_text.map(|t| format!("; {t}")).unwrap_or_default()
+        ),
+        Some(k) if first.received > k.dead + IN_TRANSIT_US => {
+            format!("the first arrived after {} was killed", first.via)
+        }
+        Some(_) if told_text.is_some() => format!(
+            "{}, before {} was killed",
+            told_text.unwrap_or_default(),
+            first.via
+        ),
+        Some(_) if second.attempt < 2 => format!(
+            "the second is attempt {}: claimed afresh, not taken over",
+            second.attempt
+        ),
+        Some(_) => {
+            double.explained = true;
+            format!("in flight at the SIGKILL of {}", first.via)
+        }
+    };
+    double
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::downstream::Via;
+
+    fn via(gateway: u8, incarnation: u16) -> Via {
+        Via {
+            gateway,
+            incarnation,
+        }
+    }
+
+    fn p(event: u32, attempt: u32, v: Via, received: u64, status: u16) -> Processing {
+        Processing {
+            event,
+            attempt,
+            via: v,
+            received,
+            answered: received + 10,
+            status,
+        }
+    }
+
+    fn forwarded(event: u32, gateway: u8, attempt: u32, at: u64) -> Answer {
+        Answer {
+            event,
+            gateway,
+            outcome: Outcome::Forwarded,
+            status: 200,
+            attempt,
+            sent: at - 5,
+            at,
+        }
+    }
+
+    #[test]
+    fn lost_once_and_twice_are_counted() {
+        let procs = [
+            p(0, 1, via(1, 1), 100, 200),
+            p(1, 1, via(1, 1), 100, 500), // failed: not a processing
+            p(2, 1, via(1, 1), 100, 200),
+            p(2, 1, via(1, 1), 300, 200),
+        ];
+        let v = judge(3, &procs, &[], &[], &[], None);
+        assert_eq!(v.lost, [1]);
+        assert_eq!(v.processed_once, 1);
+        assert_eq!(
+            (v.explained(), v.unexplained(), v.events_twice()),
+            (0, 1, 1)
+        );
+        assert!(
+            v.doubles[0].why.contains("never SIGKILLed"),
+            "{}",
+            v.doubles[0].why
+        );
+        assert!(!v.pass());
+    }
+
+    #[test]
+    fn a_takeover_after_a_kill_is_explained() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 2_000, 200)];
+        let v = judge(1, &procs, &[], &[kill], &[], None);
+        assert_eq!((v.explained(), v.unexplained()), (1, 0));
+        assert_eq!(v.doubles[0].kill, Some(kill));
+        assert!(v.pass());
+    }
+
+    #[test]
+    fn a_first_arriving_long_after_the_death_is_not_explained() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let late = [
+            p(0, 1, via(1, 1), 200_000, 200),
+            p(0, 2, via(1, 2), 300_000, 200),
+        ];
+        let v = judge(1, &late, &[], &[kill], &[], None);
+        assert!(
+            v.doubles[0].why.contains("after g1/r1 was killed"),
+            "{}",
+            v.doubles[0].why
+        );
+        // Written just before the death, read just after: still in flight.
+        let buffered = [
+            p(0, 1, via(1, 1), 170, 200),
+            p(0, 2, via(1, 2), 300_000, 200),
+        ];
+        assert!(judge(1, &buffered, &[], &[kill], &[], None).pass());
+    }
+
+    #[test]
+    fn a_fresh_claim_after_a_kill_is_not_explained() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 1, via(1, 2), 2_000, 200)];
+        let v = judge(1, &procs, &[], &[kill], &[], None);
+        assert_eq!(v.unexplained(), 1);
+        assert!(v.doubles[0].why.contains("claimed afresh"));
+    }
+
+    #[test]
+    fn told_forwarded_before_the_kill_is_not_explained() {
+        let kill = Kill {
+            via: via(2, 1),
+            at: 500,
+            dead: 510,
+        };
+        let procs = [p(0, 1, via(2, 1), 100, 200), p(0, 2, via(3, 1), 2_000, 200)];
+        // A forwarded answer from another gateway, or for another attempt, does not count.
+        let unrelated = [forwarded(0, 3, 1, 200), forwarded(0, 2, 3, 200)];
+        assert!(judge(1, &procs, &unrelated, &[kill], &[], None).pass());
+        let told = [forwarded(0, 2, 1, 200)];
+        let v = judge(1, &procs, &told, &[kill], &[], None);
+        assert_eq!(v.unexplained(), 1);
+        assert_eq!(v.doubles[0].told, Some(told[0]));
+    }
+
+    #[test]
+    fn told_forwarded_without_a_kill_is_named() {
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 1), 3_000, 200)];
+        let told = [forwarded(0, 1, 1, 200)];
+        let v = judge(1, &procs, &told, &[], &[], None);
+        assert_eq!(v.doubles[0].told, Some(told[0]));
+        assert!(
+            v.doubles[0]
+                .why
+                .contains("never SIGKILLed; a sender was told"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn history_lists_both_sides_in_order_and_folds_repeats() {
+        let mut busy = forwarded(0, 1, 0, 50);
+        busy.outcome = Outcome::InFlight;
+        busy.status = 409;
+        let mut busy2 = busy;
+        busy2.sent = 60;
+        busy2.at = 70;
+        let answers = [busy, busy2, forwarded(0, 1, 1, 300)];
+        let line = history(0, &[p(0, 1, via(1, 1), 260, 200)], &answers);
+        assert_eq!(
+            line,
+            "event 0: sent to g1 2 times from 0.0 ms -> in-flight until 0.1 ms; \
+             downstream got attempt 1 from g1/r1 at 0.3 ms -> 200 at 0.3 ms; \
+             sent to g1 at 0.3 ms -> forwarded attempt 1 at 0.3 ms"
+        );
+    }
+
+    #[test]
+    fn three_processings_are_two_doubles_each_judged() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let procs = [
+            p(0, 2, via(1, 2), 2_000, 200),
+            p(0, 1, via(1, 1), 100, 200),
+            p(0, 3, via(1, 2), 4_000, 200),
+        ];
+        let v = judge(1, &procs, &[], &[kill], &[], None);
+        assert_eq!(v.doubles.len(), 2);
+        assert_eq!(
+            (v.explained(), v.unexplained(), v.events_twice()),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_second_processing_beyond_the_ttl_says_so() {
+        let kill = Kill {
+            via: via(1, 1),
+            at: 150,
+            dead: 160,
+        };
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 5_000, 200)];
+        assert!(judge(1, &procs, &[], &[kill], &[], Some(10_000)).pass());
+        let v = judge(1, &procs, &[], &[kill], &[], Some(1_000));
+        assert_eq!(v.unexplained(), 1);
+        assert!(
+            v.doubles[0].why.contains("beyond the TTL"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn unacked_and_outcomes_are_summarized() {
+        let mut other = forwarded(0, 1, 0, 10);
+        other.outcome = Outcome::Other;
+        other.status = 418;
+        let answers = [forwarded(0, 1, 1, 20), other];
+        let v = judge(
+            1,
+            &[p(0, 1, via(1, 1), 1, 200)],
+            &answers,
+            &[],
+            &[0, 0, 0],
+            None,
+        );
+        assert_eq!((v.unacked_deliveries, v.unacked_events), (3, 1));
+        assert_eq!(v.outcomes.get("forwarded"), Some(&1));
+        assert_eq!(v.outcomes.get("http-418"), Some(&1));
+        assert_eq!(v.attempts, 2);
+    }
+}
