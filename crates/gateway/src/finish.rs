@@ -10,14 +10,23 @@
 //! pending. A release that fails is retried the same way, so that no record is left `processing`
 //! once the store is back.
 //!
+//! While a completion is pending, this gateway answers every further delivery of the event as a
+//! duplicate itself, without asking the store: the event was processed, and a store that has
+//! just come back must not hand the claim (whose lease may have lapsed during the outage) to one
+//! of those deliveries before the retry lands. Another gateway on the same store has no such
+//! knowledge: there the lease is what keeps the claim, so keep leases longer than the store
+//! outages to be ridden out.
+//!
 //! The retries run on a [`TaskTracker`] that shutdown waits for (up to a bound): a completion
 //! still pending when the process exits is logged, and the claim's lease (or, after a restart of
 //! the same instance, the instance recovery) decides what happens to the event.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimToken, StoreError};
+use idemgate_core::{ClaimToken, Key, StoreError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,7 +53,7 @@ impl Finish {
 
 /// The first pause between tries, doubled after each failure up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
-const MAX_PAUSE: Duration = Duration::from_secs(2);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// The background retries of completions and releases.
 #[derive(Debug, Default)]
@@ -52,6 +61,23 @@ pub(crate) struct Finisher {
     tasks: TaskTracker,
     /// Cancelled when shutdown gives up waiting.
     abandon: CancellationToken,
+    /// Events whose completion is being retried.
+    completing: Arc<Mutex<HashSet<Key>>>,
+}
+
+/// Removes a key from the pending completions when its retry ends, however it ends.
+struct Completing {
+    set: Arc<Mutex<HashSet<Key>>>,
+    key: Key,
+}
+
+impl Drop for Completing {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
 }
 
 impl Finisher {
@@ -90,7 +116,18 @@ impl Finisher {
     /// dropped and its claim must be released).
     pub(crate) fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, _lease: Duration) {
         let abandon = self.abandon.clone();
+        let completing = (what == Finish::Complete).then(|| {
+            self.completing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(token.key.clone());
+            Completing {
+                set: self.completing.clone(),
+                key: token.key.clone(),
+            }
+        });
         self.tasks.spawn(async move {
+            let _completing = completing;
             let mut pause = FIRST_PAUSE;
             let mut tries = 0u32;
             loop {
@@ -147,6 +184,14 @@ impl Finisher {
             self.abandon.cancel();
             self.tasks.wait().await;
         }
+    }
+
+    /// Whether `key`'s completion is being retried: the event was processed.
+    pub(crate) fn completing(&self, key: &Key) -> bool {
+        self.completing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(key)
     }
 
     /// Retries not yet taken by the store.

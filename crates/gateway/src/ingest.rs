@@ -75,6 +75,14 @@ async fn receive(
     };
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     let key = Key::new(src.name.clone(), verified.event_id);
+    if state.finisher.completing(&key) {
+        // Processed here; the store has not taken the completion yet (see `finish`).
+        return Ok(answer(
+            StatusCode::OK,
+            "duplicate",
+            json!({ "outcome": "duplicate", "completion": "pending" }),
+        ));
+    }
     let outcome = state
         .claim(src, src.claim_request(key.clone()).fingerprint(fingerprint))
         .await?;
