@@ -12,6 +12,7 @@ macro_rules! outln {
 mod advise;
 mod data;
 mod plot;
+mod send;
 mod serve;
 mod ttl;
 
@@ -35,6 +36,14 @@ enum Command {
     /// Run the gateway. Without --config: the embedded SQLite store in ./idemgate-data and one
     /// demo source.
     Serve(serve::ServeArgs),
+    /// Send a source a delivery signed as its sender signs (with its first secret), and show
+    /// what the gateway answered and forwarded.
+    Send(send::SendArgs),
+    /// Print a shell completion script: `idemgate completions bash > /etc/bash_completion.d/idemgate`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Compute a source's dedup TTL: retry window + queue lag + clock skew + replay margin.
     Ttl(ttl::TtlArgs),
     /// List the provider presets: retry windows, recommended TTLs, keys, signatures, sources.
@@ -196,6 +205,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ttl::providers(json);
             Ok(())
         }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "idemgate",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         command => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -203,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rt.block_on(async move {
                 match command {
                     Command::Serve(args) => serve::serve(args).await,
+                    Command::Send(args) => send::send(args).await,
                     Command::Migrate { store } => data::migrate(&store).await,
                     Command::Advise(args) => advise::advise(args).await,
                     Command::Sweep {
@@ -218,7 +238,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         event_id,
                         json,
                     } => data::lookup(&store, source, event_id, json).await,
-                    Command::Ttl(_) | Command::Providers { .. } => unreachable!("handled above"),
+                    Command::Ttl(_) | Command::Providers { .. } | Command::Completions { .. } => {
+                        unreachable!("handled above")
+                    }
                 }
             })
         }

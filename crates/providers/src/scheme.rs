@@ -102,6 +102,23 @@ impl Scheme {
     pub fn is_signed(&self) -> bool {
         !matches!(self, Self::None(_))
     }
+
+    /// Where in a JSON body the scheme reads the event id (an RFC 6901 pointer), when it reads it
+    /// from the body rather than a header: what a sender (or `idemgate send`) must fill in.
+    pub fn body_event_id(&self) -> Option<&str> {
+        match self {
+            Self::Stripe => Some("/id"),
+            Self::Slack | Self::Paddle => Some("/event_id"),
+            Self::GenericHmac(GenericHmac {
+                event_id: KeySource::JsonPointer(p),
+                ..
+            })
+            | Self::None(NoneScheme {
+                event_id: KeySource::JsonPointer(p),
+            }) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Scheme {

@@ -1,0 +1,183 @@
+//! `idemgate send` against a real `idemgate serve`: a delivery signed correctly for every scheme
+//! the gateway verifies, and `idemgate completions`.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn config(port: u16, data: &std::path::Path) -> String {
+    let mut text = format!(
+        "listen = \"127.0.0.1:{port}\"\napi_tokens = [\"worker-token-0123456789\"]\n[store]\npath = {:?}\n",
+        data.display().to_string()
+    );
+    for (name, provider, secret, extra) in [
+        ("stripe-live", "stripe", "whsec_stripe_test", ""),
+        ("github-app", "github", "github-secret", ""),
+        ("shop", "shopify", "shpss_secret", ""),
+        ("slack-events", "slack", "slack-signing-secret", ""),
+        ("std", "standard-webhooks", SW_SECRET, ""),
+        ("clerk", "svix", SW_SECRET, ""),
+        ("paddle", "paddle", "pdl_ntfset_secret", ""),
+        (
+            "bus-hmac",
+            "generic-hmac",
+            "bus-secret",
+            "retry_window = \"6h\"\nsignature_header = \"X-Signature\"\ntimestamp_header = \"X-Timestamp\"\nevent_id_pointer = \"/data/id\"\n",
+        ),
+        (
+            "bus-header",
+            "generic-hmac",
+            "bus-secret",
+            "retry_window = \"6h\"\nsignature_header = \"X-Signature\"\nsignature_encoding = \"base64\"\nevent_id_header = \"X-Event-Id\"\n",
+        ),
+    ] {
+        // A second secret, as during a rotation: the first signs.
+        let second = if secret.starts_with("whsec_") {
+            "whsec_b2xkIHNlY3JldA=="
+        } else {
+            "second-secret-for-rotation"
+        };
+        text.push_str(&format!(
+            "[[source]]\nname = \"{name}\"\nprovider = \"{provider}\"\nsecrets = [\"{secret}\", \"{second}\"]\n{extra}\n"
+        ));
+    }
+    text.push_str(
+        "[[source]]\nname = \"internal\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"X-Id\"\n",
+    );
+    text
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn idemgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(args)
+        .env_remove("IDEMGATE_CONFIG")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn send_signs_for_every_scheme_and_the_gateway_accepts_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(&path, config(port, &dir.path().join("data"))).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    let _serve = Serve(
+        Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(["serve", "--config", &path])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for source in [
+        "stripe-live",
+        "github-app",
+        "shop",
+        "slack-events",
+        "std",
+        "clerk",
+        "paddle",
+        "bus-hmac",
+        "bus-header",
+        "internal",
+    ] {
+        let out = idemgate(&["send", source, "--config", &path, "--repeat", "2", "--json"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{source}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answers: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let outcomes: Vec<_> = answers
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(outcomes, ["accepted", "duplicate"], "{source}: {stdout}");
+        assert_eq!(answers[0]["event_id"], answers[1]["event_id"]);
+    }
+    // A body of the user's, with the id where the source reads it.
+    let body = dir.path().join("event.json");
+    std::fs::write(&body, r#"{"id":"evt_from_file","object":"event"}"#).unwrap();
+    let out = idemgate(&[
+        "send",
+        "stripe-live",
+        "--config",
+        &path,
+        "--body",
+        body.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("accepted"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("evt_from_file"), "{stdout}");
+    // One that lacks it is refused before sending, naming the place.
+    std::fs::write(&body, r#"{"object":"event"}"#).unwrap();
+    let out = idemgate(&[
+        "send",
+        "stripe-live",
+        "--config",
+        &path,
+        "--body",
+        body.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/id"));
+    // A gateway answer that is not 2xx fails the command.
+    let out = idemgate(&[
+        "send",
+        "stripe-live",
+        "--config",
+        &path,
+        "--url",
+        &format!("http://127.0.0.1:{port}/no-such-prefix"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("404"));
+}
+
+#[test]
+fn completions_for_each_shell_name_the_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = idemgate(&["completions", shell]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        for command in ["serve", "send", "lookup", "advise"] {
+            assert!(text.contains(command), "{shell} lacks {command}");
+        }
+    }
+    let out = idemgate(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
