@@ -114,10 +114,18 @@ impl ClaimToken {
     /// [`TokenParseError`] when the fence is not `{attempt}.{16 hex digits}`.
     pub fn from_fence(key: Key, fence: &str) -> Result<Self, TokenParseError> {
         let (attempt, nonce) = fence.split_once('.').ok_or(TokenParseError)?;
-        let attempt = attempt.parse::<u32>().map_err(|_| TokenParseError)?;
-        if nonce.len() != 16 || attempt == 0 {
+        // Exactly what `fence` writes: decimal digits (no sign, no leading zero), 16 lowercase hex.
+        let digits = !attempt.is_empty()
+            && !attempt.starts_with('0')
+            && attempt.bytes().all(|b| b.is_ascii_digit());
+        let hex = nonce.len() == 16
+            && nonce
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !digits || !hex {
             return Err(TokenParseError);
         }
+        let attempt = attempt.parse::<u32>().map_err(|_| TokenParseError)?;
         let nonce = u64::from_str_radix(nonce, 16).map_err(|_| TokenParseError)?;
         Ok(Self {
             key,
@@ -340,6 +348,11 @@ mod tests {
             "x.00000000deadbeef",
             "3.dead",
             "3.zz000000deadbeef",
+            "+3.00000000deadbeef",
+            "03.00000000deadbeef",
+            "3.00000000DEADBEEF",
+            "3.+0000000deadbeef",
+            "4294967296.00000000deadbeef",
         ] {
             assert!(ClaimToken::from_fence(key.clone(), bad).is_err(), "{bad}");
         }

@@ -8,8 +8,8 @@ pub enum KeyError {
     /// The source name does not match `[a-z0-9][a-z0-9._-]{0,63}`.
     #[error("invalid source name {name:?}: {why} (expected [a-z0-9][a-z0-9._-]{{0,63}})")]
     SourceName { name: String, why: &'static str },
-    /// The event id is empty, longer than 255 bytes, or holds a character that is not printable.
-    #[error("invalid event id: {why} (expected 1 to 255 bytes of printable UTF-8)")]
+    /// The event id is empty, longer than 255 characters, or holds a control character.
+    #[error("invalid event id: {why} (expected 1 to 255 characters, none a control character)")]
     EventId { why: String },
     /// A fingerprint that is not 64 hex digits.
     #[error("invalid fingerprint {text:?}: expected 64 hex digits (SHA-256)")]
@@ -71,12 +71,14 @@ impl std::str::FromStr for SourceName {
     }
 }
 
-/// A sender's event id: 1 to 255 bytes of printable UTF-8 (no control characters).
+/// A sender's event id: 1 to 255 characters (Unicode scalar values, so at most 1,020 bytes of
+/// UTF-8), none of them a control character. Counted in characters so that the rule is what a
+/// JSON Schema `maxLength` says.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(String);
 
 impl EventId {
-    /// The longest event id, in bytes.
+    /// The longest event id, in characters.
     pub const MAX_LEN: usize = 255;
 
     /// Validates an event id.
@@ -87,8 +89,8 @@ impl EventId {
         let id = id.into();
         let why = if id.is_empty() {
             Some("empty".to_owned())
-        } else if id.len() > Self::MAX_LEN {
-            Some(format!("{} bytes, longer than 255", id.len()))
+        } else if id.len() > Self::MAX_LEN && id.chars().count() > Self::MAX_LEN {
+            Some(format!("{} characters, more than 255", id.chars().count()))
         } else {
             id.char_indices()
                 .find(|(_, c)| c.is_control())
@@ -253,11 +255,28 @@ mod tests {
 
     #[test]
     fn event_ids() {
-        for ok in ["evt_1", "a", "with space", "ünïcödé ✓", &"x".repeat(255)] {
+        // 255 characters, however many bytes they take.
+        let wide = "é".repeat(255);
+        for ok in [
+            "evt_1",
+            "a",
+            "with space",
+            "ünïcödé ✓",
+            &"x".repeat(255),
+            &wide,
+        ] {
             assert!(EventId::new(ok).is_ok(), "{ok} should be valid");
         }
-        let long = "é".repeat(128); // 256 bytes
-        for bad in ["", "a\nb", "tab\there", "\u{7f}", &"x".repeat(256), &long] {
+        let long = "é".repeat(256);
+        for bad in [
+            "",
+            "a\nb",
+            "tab\there",
+            "\u{7f}",
+            "\u{85}",
+            &"x".repeat(256),
+            &long,
+        ] {
             assert!(
                 matches!(EventId::new(bad), Err(KeyError::EventId { .. })),
                 "{bad:?} should be refused"

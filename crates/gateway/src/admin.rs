@@ -58,8 +58,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     response
 }
 
-pub(crate) async fn openapi() -> Response {
-    let mut response = crate::api::OPENAPI.into_response();
+pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
+    let mut response = state.openapi.clone().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

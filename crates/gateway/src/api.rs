@@ -26,8 +26,20 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/events/{source}/{event_id}"),
 ];
 
-/// The OpenAPI description of the claim API.
+/// The OpenAPI description of the claim API, as shipped (any source name the pattern allows).
 pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// The description a gateway serves: [`OPENAPI`] with `SourceName` narrowed to the configured
+/// `sources`, so that the document says exactly which names the server takes.
+pub fn openapi<'a>(sources: impl IntoIterator<Item = &'a str>) -> String {
+    let mut doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+    let mut names: Vec<&str> = sources.into_iter().collect();
+    names.sort_unstable();
+    if !names.is_empty() {
+        doc["components"]["schemas"]["SourceName"]["enum"] = json!(names);
+    }
+    doc.to_string()
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,13 +47,29 @@ struct ClaimBody {
     source: String,
     event_id: String,
     fingerprint: Option<String>,
-    lease_s: Option<u64>,
+    /// A JSON Schema integer: `119` and `119.0` alike.
+    lease_s: Option<serde_json::Number>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenBody {
     token: String,
+}
+
+/// `lease_s` as a lease: a whole number of seconds from 1 (`119` and `119.0` alike, as JSON
+/// Schema's integer), cut to the source's TTL (a claim cannot outlive its record).
+fn lease(lease_s: &serde_json::Number, ttl: Duration) -> Result<Duration, AppError> {
+    let secs = lease_s
+        .as_f64()
+        .filter(|f| f.fract() == 0.0 && *f >= 1.0)
+        .ok_or_else(|| {
+            bad(
+                "invalid-lease",
+                format!("lease_s must be a whole number of seconds from 1, not {lease_s}"),
+            )
+        })?;
+    Ok(Duration::from_secs_f64(secs.min(ttl.as_secs_f64())).min(ttl))
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
@@ -105,18 +133,8 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
         claim.fingerprint =
             Some(Fingerprint::from_hex(fp).map_err(|e| bad("invalid-fingerprint", e))?);
     }
-    if let Some(lease_s) = req.lease_s {
-        let lease = Duration::from_secs(lease_s);
-        if lease.is_zero() || lease > src.policy.ttl.ttl {
-            return Err(bad(
-                "invalid-lease",
-                format!(
-                    "lease_s must be from 1 to the source's TTL ({} s)",
-                    src.policy.ttl.ttl.as_secs()
-                ),
-            ));
-        }
-        claim.lease = lease;
+    if let Some(lease_s) = &req.lease_s {
+        claim.lease = lease(lease_s, src.policy.ttl.ttl)?;
     }
     let outcome = state.claim(src, claim).await?;
     Ok(match outcome {

@@ -56,6 +56,8 @@ pub struct Inner {
     pub metrics: Metrics,
     api_tokens: Vec<String>,
     pub(crate) limits: Limits,
+    /// `/openapi.json`, with the configured source names.
+    pub(crate) openapi: String,
     pub(crate) client: forward::Client,
     /// Completions and releases the store did not take at once, retried until it does.
     pub(crate) finisher: Finisher,
@@ -93,6 +95,7 @@ impl AppState {
             metrics: Metrics::default(),
             api_tokens: config.api_tokens.clone(),
             limits: config.limits.clone(),
+            openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             client: forward::client(),
             finisher: Finisher::default(),
             rows: Mutex::default(),
