@@ -46,8 +46,8 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Counts one history row. Completions and releases are not deliveries; every other outcome
-    /// is one, and every delivery of an event already seen has a gap.
+    /// Counts one history row. Completions, releases and abandoned claims are not deliveries;
+    /// every other outcome is one, and every delivery of an event already seen has a gap.
     pub fn add(&mut self, source: SourceName, outcome: HistoryOutcome, gap: Option<Duration>) {
         let obs = self
             .sources
@@ -62,7 +62,9 @@ impl Tally {
                 period: Duration::ZERO,
             });
         match outcome {
-            HistoryOutcome::Completed | HistoryOutcome::Released => return,
+            HistoryOutcome::Completed | HistoryOutcome::Released | HistoryOutcome::Abandoned => {
+                return;
+            }
             HistoryOutcome::Claimed => obs.first_receipts += 1,
             HistoryOutcome::LateDuplicate => obs.late_duplicates += 1,
             HistoryOutcome::Duplicate

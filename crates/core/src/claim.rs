@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::key::{Fingerprint, Key};
+use crate::key::{Fingerprint, InstanceName, Key};
 use crate::time::Timestamp;
 
 /// When a claimed record counts as processed.
@@ -56,10 +56,15 @@ pub struct ClaimRequest {
     pub ttl: Duration,
     pub mode: ClaimMode,
     pub late_duplicates: LateDuplicates,
+    /// Who will hold the claim: the gateway process and boot asking. A won claim (first receipt
+    /// or takeover) in [`ClaimMode::OnSuccess`] records it, so that the process's next boot can
+    /// free the claim at once ([`crate::Instances::register_boot`]) instead of waiting out the
+    /// lease. `None` (the default) records none; such a claim waits out its lease.
+    pub holder: Option<Holder>,
 }
 
 impl ClaimRequest {
-    /// A claim in [`ClaimMode::OnSuccess`] with no fingerprint.
+    /// A claim in [`ClaimMode::OnSuccess`] with no fingerprint and no holder.
     pub fn new(key: Key, lease: Duration, ttl: Duration) -> Self {
         Self {
             key,
@@ -68,7 +73,14 @@ impl ClaimRequest {
             ttl,
             mode: ClaimMode::OnSuccess,
             late_duplicates: LateDuplicates::default(),
+            holder: None,
         }
+    }
+
+    #[must_use]
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
     }
 
     #[must_use]
@@ -90,7 +102,25 @@ impl ClaimRequest {
     }
 }
 
-/// Proof of holding a claim, needed to `complete` or `release` it.
+/// Who holds a claim: one boot of one gateway process.
+///
+/// `boot` counts the starts of `instance`, from 1, as the store registered them
+/// ([`crate::Instances::register_boot`]). When an instance starts again, the claims still
+/// processing under an earlier boot of it were abandoned by a process that is gone, and become
+/// takeable at once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub instance: InstanceName,
+    pub boot: u64,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (boot {})", self.instance, self.boot)
+    }
+}
+
+/// Proof of holding a claim, needed to `complete`, `release` or `renew` it.
 ///
 /// `attempt` is the fencing number (1 on first receipt, +1 on each takeover); `nonce` tells apart
 /// two claims with the same attempt number (a claim released and claimed again). A store refuses
@@ -228,10 +258,13 @@ pub enum HistoryOutcome {
     Completed,
     Released,
     LateDuplicate,
+    /// A processing claim whose holder's instance started again: its lease was ended at once so
+    /// the next delivery takes it over (with attempt + 1, `reclaimed`).
+    Abandoned,
 }
 
 impl HistoryOutcome {
-    pub const ALL: [HistoryOutcome; 8] = [
+    pub const ALL: [HistoryOutcome; 9] = [
         Self::Claimed,
         Self::Duplicate,
         Self::InFlight,
@@ -240,6 +273,7 @@ impl HistoryOutcome {
         Self::Completed,
         Self::Released,
         Self::LateDuplicate,
+        Self::Abandoned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -252,6 +286,7 @@ impl HistoryOutcome {
             Self::Completed => "completed",
             Self::Released => "released",
             Self::LateDuplicate => "late_duplicate",
+            Self::Abandoned => "abandoned",
         }
     }
 
@@ -278,6 +313,9 @@ pub struct Record {
     /// When the current lease lapses; `None` once done.
     pub lease_until: Option<Timestamp>,
     pub expires_at: Timestamp,
+    /// Who holds a processing record, when its claim said ([`ClaimRequest::holder`]); `None`
+    /// once done.
+    pub holder: Option<Holder>,
 }
 
 /// One history row.

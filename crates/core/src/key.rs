@@ -14,6 +14,11 @@ pub enum KeyError {
     /// A fingerprint that is not 64 hex digits.
     #[error("invalid fingerprint {text:?}: expected 64 hex digits (SHA-256)")]
     Fingerprint { text: String },
+    /// The instance name is not 1 to 64 characters of ASCII letters, digits, '.', '_' and '-'.
+    #[error(
+        "invalid instance name {name:?}: {why} (expected 1 to 64 characters of ASCII letters, digits, '.', '_' and '-')"
+    )]
+    InstanceName { name: String, why: &'static str },
 }
 
 /// A named sender endpoint (`stripe-live`, `github-app-42`, `orders-bus`).
@@ -162,6 +167,60 @@ impl fmt::Display for Key {
     }
 }
 
+/// The name of one gateway process (`gw-1`, `eu-west.a`), as its configuration gives it: what
+/// the claims it holds are recorded under, so that at its next start it can free them at once.
+///
+/// 1 to 64 characters of ASCII letters, digits, '.', '_' and '-'.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstanceName(String);
+
+impl InstanceName {
+    /// The longest instance name, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates an instance name.
+    ///
+    /// # Errors
+    /// [`KeyError::InstanceName`] naming what is wrong.
+    pub fn new(name: impl Into<String>) -> Result<Self, KeyError> {
+        let name = name.into();
+        let why = if name.is_empty() {
+            Some("empty")
+        } else if name.len() > Self::MAX_LEN {
+            Some("longer than 64 characters")
+        } else if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            Some("may hold only ASCII letters, digits, '.', '_' and '-'")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(KeyError::InstanceName { name, why }),
+            None => Ok(Self(name)),
+        }
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for InstanceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.0)
+    }
+}
+
+impl std::str::FromStr for InstanceName {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        Self::new(s)
+    }
+}
+
 /// The SHA-256 of a delivery's payload. Two deliveries of one id with different fingerprints are
 /// a conflict.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,6 +343,27 @@ mod tests {
         }
         let err = EventId::from_bytes(b"ok\xff").unwrap_err();
         assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn instance_names() {
+        for ok in ["a", "gw-1", "EU-West.a_2", "0", "...", &"A".repeat(64)] {
+            assert!(InstanceName::new(ok).is_ok(), "{ok} should be valid");
+        }
+        for bad in ["", "a b", "a/b", "gw:1", "é", "a\n", &"a".repeat(65)] {
+            let err = InstanceName::new(bad).unwrap_err();
+            assert!(matches!(err, KeyError::InstanceName { .. }), "{bad:?}");
+            assert!(
+                err.to_string()
+                    .contains("1 to 64 characters of ASCII letters, digits"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            InstanceName::new("a b").unwrap_err().to_string(),
+            "invalid instance name \"a b\": may hold only ASCII letters, digits, '.', '_' and '-' \
+             (expected 1 to 64 characters of ASCII letters, digits, '.', '_' and '-')"
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!
 //! # Layout
 //!
-//! - [`key`]: validated [`SourceName`]s, [`EventId`]s and payload [`Fingerprint`]s. Bad input is a
-//!   typed [`KeyError`] and never reaches a store.
+//! - [`key`]: validated [`SourceName`]s, [`EventId`]s, payload [`Fingerprint`]s and gateway
+//!   [`InstanceName`]s. Bad input is a typed [`KeyError`] and never reaches a store.
 //! - [`time`]: [`Timestamp`] and the [`Clock`] a store reads. Only stores read clocks: every
 //!   expiry decision uses the store's own time.
 //! - [`policy`]: a source's [`DeliveryContract`] and the [`TtlPolicy`] computed from it
@@ -16,7 +16,9 @@
 //! - [`presets`]: the built-in provider presets, each with its figure, source and date checked.
 //! - [`claim`]: requests, outcomes, tokens, records and history rows.
 //! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
-//! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`] and [`Stats`].
+//! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
+//!   [`HistoryQuery`], [`Identity`] (which store this is) and [`Instances`] (freeing the claims
+//!   of a restarted gateway's earlier boots).
 //! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock.
 //! - `testkit` (feature `testkit`): the conformance suite every store runs.
 
@@ -36,11 +38,14 @@ pub mod testkit;
 
 pub use claim::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome,
-    LateDuplicates, Prior, Record, RecordState, TokenParseError,
+    Holder, LateDuplicates, Prior, Record, RecordState, TokenParseError,
 };
-pub use key::{EventId, Fingerprint, Key, KeyError, SourceName};
+pub use key::{EventId, Fingerprint, InstanceName, Key, KeyError, SourceName};
 pub use memory::MemoryStore;
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
-pub use store::{ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep};
+pub use store::{
+    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
+    StoreStats, Sweep,
+};
 pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

@@ -13,13 +13,19 @@
 //! | processing, lease live | `InFlight { retry_after }`      | none                                  |
 //! | done                   | `Duplicate`                     | none                                  |
 //! | live, other fingerprint| `Conflict`                      | none                                  |
+//!
+//! A won claim in on-success mode records the request's holder; a takeover records the new one.
+//! Besides claims: [`complete`], [`release`], [`renew`] (a new lease for the token's own
+//! processing record, never past its expiry, no history row) and [`abandon`] (what an
+//! instance's new boot does to a claim an earlier boot of it still holds).
 
 use std::time::Duration;
 
 use crate::claim::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, LateDuplicates, Prior,
-    Record, RecordState,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Holder, LateDuplicates,
+    Prior, Record, RecordState,
 };
+use crate::key::InstanceName;
 use crate::time::Timestamp;
 
 /// What a claim does: its answer, the record to write (if any) and the history row to append.
@@ -75,12 +81,14 @@ pub fn claim(
             first_seen: late.unwrap_or(now),
             lease_until: (!on_receipt).then(|| now.plus(req.lease)),
             expires_at: now.plus(req.ttl),
+            holder: if on_receipt { None } else { req.holder.clone() },
         };
         return match (late, req.late_duplicates) {
             (Some(first_seen), LateDuplicates::Reject) => {
                 let record = Record {
                     state: RecordState::Done,
                     lease_until: None,
+                    holder: None,
                     ..fresh
                 };
                 ClaimStep {
@@ -140,6 +148,7 @@ pub fn claim(
                 nonce,
                 lease_until: Some(now.plus(req.lease)),
                 fingerprint: rec.fingerprint.or(req.fingerprint),
+                holder: req.holder.clone(),
                 ..rec.clone()
             };
             won(req, record, HistoryOutcome::Reclaimed, gap, None)
@@ -209,6 +218,7 @@ pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> 
             Record {
                 state: RecordState::Done,
                 lease_until: None,
+                holder: None,
                 ..rec
             },
             HistoryOutcome::Completed,
@@ -220,6 +230,67 @@ pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> 
 /// sender's next retry is processed.
 pub fn release(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> Option<FinishStep> {
     holds(token, stored, now).map(|_| FinishStep::Delete(HistoryOutcome::Released))
+}
+
+/// What `renew(token, lease)` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewStep {
+    /// The record to write (the new lease); `None` writes nothing.
+    pub write: Option<Record>,
+    /// The answer: the new `lease_until`, or a done record's `expires_at`.
+    pub until: Timestamp,
+}
+
+/// Decides `renew(token, lease)`: `None` when the token is stale (taken over, released,
+/// expired).
+///
+/// A processing record gets `lease_until = now + lease`, never beyond its `expires_at`; a holder
+/// whose lease lapsed may still renew while nobody took the claim over. A record already done
+/// under this token answers its `expires_at` and changes nothing.
+pub fn renew(
+    token: &ClaimToken,
+    stored: Option<&Record>,
+    now: Timestamp,
+    lease: Duration,
+) -> Option<RenewStep> {
+    let rec = holds(token, stored, now)?;
+    Some(match rec.state {
+        RecordState::Done => RenewStep {
+            write: None,
+            until: rec.expires_at,
+        },
+        RecordState::Processing => {
+            let until = now.plus(lease).min(rec.expires_at);
+            RenewStep {
+                write: Some(Record {
+                    lease_until: Some(until),
+                    ..rec
+                }),
+                until,
+            }
+        }
+    })
+}
+
+/// Whether a new boot `boot` of `instance` frees `stored`, and how: a live record, processing
+/// under a running lease held by an earlier boot of the same instance, gets its lease ended at
+/// `now` (the store appends an `abandoned` history row with the record's attempt). Anything else
+/// is left alone: other instances' claims, the current boot's, claims with no holder, done or
+/// expired records, and leases that already lapsed (those are takeable already).
+pub fn abandon(
+    instance: &InstanceName,
+    boot: u64,
+    stored: Option<&Record>,
+    now: Timestamp,
+) -> Option<Record> {
+    let rec = live(stored, now)?;
+    let earlier =
+        matches!(&rec.holder, Some(Holder { instance: i, boot: b }) if i == instance && *b < boot);
+    let running = rec.lease_until.is_some_and(|until| until > now);
+    (rec.state == RecordState::Processing && earlier && running).then(|| Record {
+        lease_until: Some(now),
+        ..rec.clone()
+    })
 }
 
 /// A fresh, unpredictable-enough nonce for a new token (never zero).

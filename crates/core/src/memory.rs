@@ -1,27 +1,33 @@
 //! An in-memory store with an injectable clock: for tests, and for trying idemgate out.
 //!
-//! Nothing survives the process. Every operation holds one mutex, so each is atomic.
+//! Nothing survives the process. Every operation holds one mutex, so each is atomic. Each store
+//! gets a random [`Identity`] when it is made; its clones share it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::claim::{
-    ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome, Prior, Record,
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome, Holder, Prior,
+    Record,
 };
-use crate::key::Key;
+use crate::key::{InstanceName, Key};
 use crate::machine::{self, FinishStep};
 use std::time::Duration;
 
 use crate::advise::{Observation, Tally};
-use crate::store::{ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep};
-use crate::time::{Clock, SystemClock};
+use crate::store::{
+    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
+    StoreStats, Sweep, random_store_id,
+};
+use crate::time::{Clock, SystemClock, Timestamp};
 
 /// The in-memory store. Clones share one state.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     inner: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
+    id: Arc<str>,
 }
 
 #[derive(Debug, Default)]
@@ -29,6 +35,8 @@ struct State {
     records: HashMap<Key, Record>,
     history: HashMap<Key, Vec<HistoryEntry>>,
     history_rows: u64,
+    /// Each instance's latest boot and when it started.
+    boots: HashMap<InstanceName, (u64, Timestamp)>,
 }
 
 impl Default for MemoryStore {
@@ -48,6 +56,7 @@ impl MemoryStore {
         Self {
             inner: Arc::default(),
             clock,
+            id: random_store_id().into(),
         }
     }
 
@@ -62,7 +71,7 @@ impl MemoryStore {
     fn finish(
         &self,
         token: &ClaimToken,
-        decide: fn(&ClaimToken, Option<&Record>, crate::Timestamp) -> Option<FinishStep>,
+        decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
@@ -142,6 +151,22 @@ impl ClaimStore for MemoryStore {
         self.finish(token, machine::release)
     }
 
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let step =
+            machine::renew(token, st.records.get(&token.key), now, lease).ok_or_else(|| {
+                StoreError::StaleToken {
+                    key: token.key.clone(),
+                    attempt: token.attempt,
+                }
+            })?;
+        if let Some(rec) = step.write {
+            st.records.insert(token.key.clone(), rec);
+        }
+        Ok(step.until)
+    }
+
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         let now = self.clock.now();
         let st = self.state();
@@ -149,6 +174,49 @@ impl ClaimStore for MemoryStore {
             key: key.clone(),
             record: machine::live(st.records.get(key), now).cloned(),
             history: st.history.get(key).cloned().unwrap_or_default(),
+        })
+    }
+}
+
+impl Identity for MemoryStore {
+    fn store_id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Instances for MemoryStore {
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let boot = st
+            .boots
+            .get(instance)
+            .map_or(1, |(b, _)| b.saturating_add(1));
+        st.boots.insert(instance.clone(), (boot, now));
+        let freed: Vec<(Key, Record)> = st
+            .records
+            .iter()
+            .filter_map(|(k, r)| Some((k.clone(), machine::abandon(instance, boot, Some(r), now)?)))
+            .collect();
+        for (key, rec) in &freed {
+            let entry = HistoryEntry {
+                outcome: HistoryOutcome::Abandoned,
+                processed: false,
+                attempt: Some(rec.attempt),
+                at: now,
+                gap: None,
+                fingerprint: rec.fingerprint,
+            };
+            st.records.insert(key.clone(), rec.clone());
+            st.append(key, entry);
+        }
+        Ok(Boot {
+            holder: Holder {
+                instance: instance.clone(),
+                boot,
+            },
+            started_at: now,
+            freed: freed.len() as u64,
         })
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! [`ClaimStore`] is the claim state machine every engine implements. [`Sweep`] (removing expired
 //! records) and [`Stats`] are separate: an engine implements them where they make sense (Redis
-//! expires keys itself and needs no sweeper).
+//! expires keys itself and needs no sweeper). [`Identity`] names the store (its schema, not the
+//! process), and [`Instances`] lets a restarted gateway free the claims its previous boot held.
 //!
 //! All traits use native `async fn` in traits with `Send` futures; where the engine is chosen at
 //! run time, callers wrap the engines in an enum.
@@ -11,15 +12,15 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView};
-use crate::key::{Key, SourceName};
+use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder};
+use crate::key::{InstanceName, Key, SourceName};
 use crate::time::Timestamp;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// `complete` or `release` with a token that no longer holds the claim: the lease was taken
-    /// over, the claim was released, or the record expired.
+    /// `complete`, `release` or `renew` with a token that no longer holds the claim: the lease
+    /// was taken over, the claim was released, or the record expired.
     #[error(
         "stale claim token for {key} (attempt {attempt}): the claim was taken over, released or expired"
     )]
@@ -81,11 +82,77 @@ pub trait ClaimStore: Send + Sync {
     /// [`StoreError::StaleToken`] when `token` no longer holds the claim.
     fn release(&self, token: &ClaimToken) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Extends the lease of the processing record `token` holds to the store's now + `lease`,
+    /// never beyond the record's `expires_at`, and returns the new `lease_until`. A holder whose
+    /// lease lapsed may renew while nobody took the claim over. A record already done under this
+    /// very token answers its `expires_at` and changes nothing. Writes no history row (renewals
+    /// would flood it). Durable before it returns.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`] when `token` no longer holds the claim (taken over, released,
+    /// expired).
+    fn renew(
+        &self,
+        token: &ClaimToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send;
+
     /// The live record (none if absent or expired) and the history of one event.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
     fn lookup(&self, key: &Key) -> impl Future<Output = Result<EventView, StoreError>> + Send;
+}
+
+/// Which store this is: an id created with the store's schema and kept in it, so that two stores
+/// (two databases, two schemas, a database wiped and created again) never share one, while
+/// every process opening the same store reads the same. Read once when the store is opened.
+///
+/// A database restored from a backup keeps the id it had when the backup was taken.
+pub trait Identity {
+    /// The store's id: printable ASCII, never empty.
+    fn store_id(&self) -> &str;
+}
+
+/// What [`Instances::register_boot`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    /// The holder the new boot's claims carry ([`ClaimRequest::holder`]).
+    pub holder: Holder,
+    /// When the store registered the boot, by its own clock.
+    pub started_at: Timestamp,
+    /// How many processing claims of earlier boots of the instance it made takeable.
+    pub freed: u64,
+}
+
+/// Gateway processes that start again: a crash costs seconds, not a lease.
+pub trait Instances: Send + Sync {
+    /// Registers a new boot of `instance`, in one atomic step by the store's clock: the store's
+    /// per-instance boot counter goes up by one (the first boot is 1), and every `processing`
+    /// claim held by an *earlier* boot of `instance` whose lease is still running gets its lease
+    /// ended now, with one `abandoned` history row (with the claim's attempt) each. The next
+    /// delivery of such an event takes the claim over (attempt + 1, `reclaimed`), as after a
+    /// lapsed lease. Claims of other instances, of the new boot, or with no holder are left
+    /// alone.
+    ///
+    /// Each gateway process must run under its own instance name: a second process started under
+    /// a running one's name frees that one's claims.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] or [`StoreError::Closed`]; no boot was registered.
+    fn register_boot(
+        &self,
+        instance: &InstanceName,
+    ) -> impl Future<Output = Result<Boot, StoreError>> + Send;
+}
+
+/// A fresh random store id (32 hex digits), for stores whose id is not made by their database.
+pub fn random_store_id() -> String {
+    format!(
+        "{:016x}{:016x}",
+        crate::machine::nonce(),
+        crate::machine::nonce()
+    )
 }
 
 /// Removing expired records in bounded batches.

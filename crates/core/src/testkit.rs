@@ -7,6 +7,7 @@
 //! ```text
 //! idemgate_core::conformance_tests!(harness());
 //! idemgate_core::sweep_conformance_tests!(harness());
+//! idemgate_core::instances_conformance_tests!(harness());
 //! ```
 //!
 //! Stores whose clock can be injected use [`ManualHarness`]; stores on a server's clock use
@@ -19,10 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, LateDuplicates, RecordState,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Holder, LateDuplicates,
+    Record, RecordState,
 };
-use crate::key::{Fingerprint, Key};
-use crate::store::{ClaimStore, HistoryQuery, StoreError, Sweep};
+use crate::key::{Fingerprint, InstanceName, Key};
+use crate::store::{ClaimStore, HistoryQuery, Instances, StoreError, Sweep};
 use crate::time::ManualClock;
 
 /// A fresh store for one case, and a way to let time pass on its clock.
@@ -108,7 +110,15 @@ macro_rules! conformance_tests {
             complete_twice_is_harmless,
             concurrent_claims_of_one_key_have_one_winner,
             concurrent_on_receipt_claims_have_one_winner,
+            concurrent_claims_of_an_expired_key_have_one_winner,
+            concurrent_on_receipt_claims_of_an_expired_key_have_one_winner,
+            concurrent_rejected_late_duplicates_have_one_winner,
             concurrent_claims_of_distinct_keys_all_win,
+            paired_claims_have_one_winner_each,
+            paired_on_receipt_claims_have_one_winner_each,
+            paired_claims_of_expired_keys_have_one_winner_each,
+            paired_on_receipt_claims_of_expired_keys_have_one_winner_each,
+            paired_rejected_late_duplicates_have_one_winner_each,
             history_has_one_row_per_outcome,
             lookup_of_unknown_event_is_empty,
             claimed_answer_carries_its_expiry,
@@ -118,6 +128,12 @@ macro_rules! conformance_tests {
             released_attempt_is_not_a_late_duplicate,
             unfinished_attempt_is_not_a_late_duplicate,
             mark_on_receipt_claim_counts_as_processed,
+            renew_keeps_a_takeover_out,
+            renew_of_a_stale_token_is_refused,
+            renew_after_the_lease_lapsed_succeeds_while_nobody_took_over,
+            renew_never_reaches_beyond_the_record_expiry,
+            renew_of_a_done_claim_answers_its_expiry_and_writes_nothing,
+            claims_record_their_holder,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -145,6 +161,28 @@ macro_rules! sweep_conformance_tests {
                 .await;
             }
         }
+    };
+}
+
+/// Expands the instance cases, for stores that implement [`Instances`].
+#[macro_export]
+macro_rules! instances_conformance_tests {
+    ($make:expr) => {
+        $crate::instances_conformance_tests!(@cases $make;
+            a_new_boot_frees_the_claims_of_earlier_boots,
+            boots_are_counted_per_instance,
+            a_new_boot_leaves_lapsed_and_expired_claims_alone,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if let Some(harness) = $make.await {
+                    $crate::testkit::cases::$case(&harness).await;
+                }
+            }
+        )*
     };
 }
 
@@ -495,6 +533,7 @@ pub mod cases {
         claimed(&store, req(&key)).await;
     }
 
+    /// `n` tasks send one claim each, released together by a barrier.
     async fn race<H: Harness>(
         h: &H,
         n: usize,
@@ -519,40 +558,239 @@ pub mod cases {
         out
     }
 
-    pub async fn concurrent_claims_of_one_key_have_one_winner(h: &impl Harness) {
+    /// What the racing claims of a key find.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Start {
+        /// No record, no history.
+        Fresh,
+        /// A record that expired after its event was processed: every claim is a late duplicate,
+        /// and the claims race on the expired record and the history read.
+        Expired,
+    }
+
+    /// One kind of race: the claims' mode, what they find, and their late-duplicate policy.
+    #[derive(Debug, Clone, Copy)]
+    struct Race {
+        mode: ClaimMode,
+        start: Start,
+        late: LateDuplicates,
+    }
+
+    impl Race {
+        fn request(self, key: &Key) -> ClaimRequest {
+            req(key).mode(self.mode).late_duplicates(self.late)
+        }
+
+        /// Whether the winner is a late duplicate.
+        fn late(self) -> bool {
+            self.start == Start::Expired && self.late != LateDuplicates::Off
+        }
+
+        /// Whether the winner leaves a done record (so the others are duplicates, not in flight).
+        fn done(self) -> bool {
+            self.mode == ClaimMode::OnReceipt
+                || (self.late() && self.late == LateDuplicates::Reject)
+        }
+
+        /// Gives every key the start the race wants (eight tasks at a time, then the TTL
+        /// passes).
+        async fn prepare<H: Harness>(self, h: &H, keys: &[Key]) {
+            if self.start == Start::Fresh || keys.is_empty() {
+                return;
+            }
+            let tasks: Vec<_> = keys
+                .chunks(keys.len().div_ceil(8))
+                .map(|chunk| {
+                    let store = h.store();
+                    let chunk = chunk.to_vec();
+                    tokio::spawn(async move {
+                        for k in chunk {
+                            let short = ClaimRequest::new(k, SHORT_LEASE, SHORT_TTL);
+                            let token = claimed(&store, short).await;
+                            store.complete(&token).await.expect("complete");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("preparing a key");
+            }
+            h.advance(SHORT_TTL).await;
+        }
+
+        /// Exactly one claim of `key` won, as the race says it must; every other saw the
+        /// winner's record.
+        fn check(self, key: &Key, outcomes: &[ClaimOutcome]) {
+            let won: Vec<&ClaimOutcome> = outcomes
+                .iter()
+                .filter(|o| {
+                    matches!(
+                        o,
+                        ClaimOutcome::Claimed { .. } | ClaimOutcome::LateDuplicate { .. }
+                    )
+                })
+                .collect();
+            assert_eq!(
+                won.len(),
+                1,
+                "{key} ({self:?}): one winner, got {outcomes:?}"
+            );
+            let rejected = self.late() && self.late == LateDuplicates::Reject;
+            match won[0] {
+                ClaimOutcome::Claimed {
+                    token,
+                    late_duplicate,
+                    ..
+                } if !rejected => {
+                    assert_eq!(token.attempt, 1, "{key}");
+                    assert_eq!(
+                        late_duplicate.is_some(),
+                        self.late(),
+                        "{key} ({self:?}): {outcomes:?}"
+                    );
+                }
+                ClaimOutcome::LateDuplicate { .. } if rejected => {}
+                other => panic!("{key} ({self:?}): unexpected winner {other:?}"),
+            }
+            for o in outcomes {
+                match o {
+                    ClaimOutcome::Claimed { .. } | ClaimOutcome::LateDuplicate { .. } => {}
+                    ClaimOutcome::Duplicate { .. } if self.done() => {}
+                    ClaimOutcome::InFlight { .. } if !self.done() => {}
+                    other => panic!("{key} ({self:?}): beside the winner, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// 64 tasks claim one key at once (a group-committing store takes most in one batch).
+    async fn one_key_race<H: Harness>(h: &H, race: Race) {
+        let store = h.store();
         let key = key("src");
-        let results = race(h, 64, |_| req(&key)).await;
-        let won = results
+        race.prepare(h, std::slice::from_ref(&key)).await;
+        let before = store.lookup(&key).await.expect("lookup").history.len();
+        let results = self::race(h, 64, |_| race.request(&key)).await;
+        race.check(&key, &results);
+        let view = store.lookup(&key).await.expect("lookup");
+        let new: Vec<HistoryOutcome> = view.history[before..].iter().map(|e| e.outcome).collect();
+        let firsts = new
             .iter()
-            .filter(|o| matches!(o, ClaimOutcome::Claimed { .. }))
+            .filter(|o| matches!(o, HistoryOutcome::Claimed | HistoryOutcome::LateDuplicate))
             .count();
-        let in_flight = results
-            .iter()
-            .filter(|o| matches!(o, ClaimOutcome::InFlight { .. }))
-            .count();
-        assert_eq!((won, in_flight), (1, 63), "{results:?}");
-        let hist = outcomes(&h.store(), &key).await;
-        assert_eq!(hist.len(), 64);
-        assert_eq!(
-            hist.iter()
-                .filter(|o| **o == HistoryOutcome::Claimed)
-                .count(),
-            1
-        );
+        assert_eq!(firsts, 1, "one winning history row: {new:?}");
+        if race.done() {
+            // A caching tier answers some duplicates of a done record itself, writing no row.
+            assert!(!new.is_empty() && new.len() <= 64, "{new:?}");
+        } else {
+            assert_eq!(new.len(), 64, "one history row per claim: {new:?}");
+        }
+    }
+
+    /// 8 pairs of tasks; each pair claims each of its keys from both tasks at once (a barrier
+    /// per pair), so the two claims of a key often travel in different, concurrent batches.
+    async fn paired_race<H: Harness>(h: &H, race: Race) {
+        const PAIRS: usize = 8;
+        const KEYS_PER_PAIR: usize = 48;
+        let keys: Vec<Vec<Key>> = (0..PAIRS)
+            .map(|_| (0..KEYS_PER_PAIR).map(|_| key("src")).collect())
+            .collect();
+        race.prepare(h, &keys.concat()).await;
+        let mut tasks = Vec::new();
+        for pair in &keys {
+            let barrier = Arc::new(tokio::sync::Barrier::new(2));
+            for _ in 0..2 {
+                let store = h.store();
+                let barrier = barrier.clone();
+                let pair = pair.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut out = Vec::with_capacity(pair.len());
+                    for key in &pair {
+                        let req = race.request(key);
+                        barrier.wait().await;
+                        out.push(store.claim(req).await);
+                    }
+                    out
+                }));
+            }
+        }
+        let mut answers = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            answers.push(t.await.expect("task"));
+        }
+        for (p, pair) in keys.iter().enumerate() {
+            for (i, key) in pair.iter().enumerate() {
+                let both: Vec<ClaimOutcome> = [&answers[2 * p][i], &answers[2 * p + 1][i]]
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(o) => o.clone(),
+                        Err(e) => panic!("{key} ({race:?}): a claim failed: {e:?}"),
+                    })
+                    .collect();
+                race.check(key, &both);
+            }
+        }
+    }
+
+    const FRESH: Race = Race {
+        mode: ClaimMode::OnSuccess,
+        start: Start::Fresh,
+        late: LateDuplicates::Flag,
+    };
+    const FRESH_ON_RECEIPT: Race = Race {
+        mode: ClaimMode::OnReceipt,
+        ..FRESH
+    };
+    const EXPIRED: Race = Race {
+        start: Start::Expired,
+        ..FRESH
+    };
+    const EXPIRED_ON_RECEIPT: Race = Race {
+        mode: ClaimMode::OnReceipt,
+        ..EXPIRED
+    };
+    const EXPIRED_REJECTED: Race = Race {
+        late: LateDuplicates::Reject,
+        ..EXPIRED
+    };
+
+    pub async fn concurrent_claims_of_one_key_have_one_winner(h: &impl Harness) {
+        one_key_race(h, FRESH).await;
     }
 
     pub async fn concurrent_on_receipt_claims_have_one_winner(h: &impl Harness) {
-        let key = key("src");
-        let results = race(h, 64, |_| req(&key).mode(ClaimMode::OnReceipt)).await;
-        let won = results
-            .iter()
-            .filter(|o| matches!(o, ClaimOutcome::Claimed { .. }))
-            .count();
-        let dup = results
-            .iter()
-            .filter(|o| matches!(o, ClaimOutcome::Duplicate { .. }))
-            .count();
-        assert_eq!((won, dup), (1, 63), "{results:?}");
+        one_key_race(h, FRESH_ON_RECEIPT).await;
+    }
+
+    pub async fn concurrent_claims_of_an_expired_key_have_one_winner(h: &impl Harness) {
+        one_key_race(h, EXPIRED).await;
+    }
+
+    pub async fn concurrent_on_receipt_claims_of_an_expired_key_have_one_winner(h: &impl Harness) {
+        one_key_race(h, EXPIRED_ON_RECEIPT).await;
+    }
+
+    pub async fn concurrent_rejected_late_duplicates_have_one_winner(h: &impl Harness) {
+        one_key_race(h, EXPIRED_REJECTED).await;
+    }
+
+    pub async fn paired_claims_have_one_winner_each(h: &impl Harness) {
+        paired_race(h, FRESH).await;
+    }
+
+    pub async fn paired_on_receipt_claims_have_one_winner_each(h: &impl Harness) {
+        paired_race(h, FRESH_ON_RECEIPT).await;
+    }
+
+    pub async fn paired_claims_of_expired_keys_have_one_winner_each(h: &impl Harness) {
+        paired_race(h, EXPIRED).await;
+    }
+
+    pub async fn paired_on_receipt_claims_of_expired_keys_have_one_winner_each(h: &impl Harness) {
+        paired_race(h, EXPIRED_ON_RECEIPT).await;
+    }
+
+    pub async fn paired_rejected_late_duplicates_have_one_winner_each(h: &impl Harness) {
+        paired_race(h, EXPIRED_REJECTED).await;
     }
 
     pub async fn concurrent_claims_of_distinct_keys_all_win(h: &impl Harness) {
@@ -760,6 +998,329 @@ pub mod cases {
             matches!(late, ClaimOutcome::LateDuplicate { .. }),
             "{late:?}"
         );
+    }
+
+    fn holder(instance: &str, boot: u64) -> Holder {
+        Holder {
+            instance: InstanceName::new(instance).expect("valid instance name"),
+            boot,
+        }
+    }
+
+    async fn record<S: ClaimStore>(store: &S, key: &Key) -> Record {
+        let view = store.lookup(key).await.expect("lookup");
+        view.record.expect("a live record")
+    }
+
+    fn assert_stale_renewal(result: Result<crate::Timestamp, StoreError>) {
+        assert!(
+            matches!(result, Err(StoreError::StaleToken { .. })),
+            "expected StaleToken, got {result:?}"
+        );
+    }
+
+    pub async fn renew_keeps_a_takeover_out(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, LONG_TTL),
+        )
+        .await;
+        let before = record(&store, &key).await;
+        let until = store.renew(&token, LONG_LEASE).await.expect("renew");
+        let rec = record(&store, &key).await;
+        assert_eq!(
+            rec.lease_until,
+            Some(until),
+            "renew answers the lease it set"
+        );
+        assert!(
+            until >= before.lease_until.unwrap().plus(LONG_LEASE - SHORT_LEASE),
+            "{until:?} against {before:?}"
+        );
+        assert_eq!(
+            (rec.attempt, rec.nonce, rec.expires_at, rec.state),
+            (
+                before.attempt,
+                before.nonce,
+                before.expires_at,
+                before.state
+            ),
+            "renew changes only the lease"
+        );
+        h.advance(SHORT_LEASE).await;
+        match store.claim(req(&key)).await.unwrap() {
+            ClaimOutcome::InFlight { retry_after } => {
+                assert!(retry_after > LONG_LEASE / 2, "{retry_after:?}");
+            }
+            other => panic!("the renewed lease keeps a takeover out, got {other:?}"),
+        }
+        store.complete(&token).await.unwrap();
+        assert_eq!(
+            outcomes(&store, &key).await,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::InFlight,
+                HistoryOutcome::Completed
+            ],
+            "renewals write no history row"
+        );
+    }
+
+    pub async fn renew_of_a_stale_token_is_refused(h: &impl Harness) {
+        let store = h.store();
+        // Taken over.
+        let key = key("src");
+        let first = claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, LONG_TTL),
+        )
+        .await;
+        h.advance(SHORT_LEASE).await;
+        let second = claimed(&store, req(&key)).await;
+        let held = record(&store, &key).await;
+        assert_stale_renewal(store.renew(&first, LONG_LEASE).await);
+        assert_eq!(
+            record(&store, &key).await,
+            held,
+            "a refused renewal changes nothing"
+        );
+        // Released.
+        store.release(&second).await.unwrap();
+        assert_stale_renewal(store.renew(&second, LONG_LEASE).await);
+        assert!(store.lookup(&key).await.unwrap().record.is_none());
+        // Expired.
+        let other = self::key("src");
+        let token = claimed(
+            &store,
+            ClaimRequest::new(other.clone(), SHORT_TTL, SHORT_TTL),
+        )
+        .await;
+        h.advance(SHORT_TTL).await;
+        assert_stale_renewal(store.renew(&token, LONG_LEASE).await);
+        assert!(store.lookup(&other).await.unwrap().record.is_none());
+    }
+
+    pub async fn renew_after_the_lease_lapsed_succeeds_while_nobody_took_over(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, LONG_TTL),
+        )
+        .await;
+        h.advance(SHORT_LEASE).await;
+        let until = store.renew(&token, LONG_LEASE).await.expect("renew");
+        assert_eq!(record(&store, &key).await.lease_until, Some(until));
+        assert!(
+            matches!(
+                store.claim(req(&key)).await.unwrap(),
+                ClaimOutcome::InFlight { .. }
+            ),
+            "renewed in time: no takeover"
+        );
+        store.complete(&token).await.unwrap();
+    }
+
+    pub async fn renew_never_reaches_beyond_the_record_expiry(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, SHORT_TTL),
+        )
+        .await;
+        let until = store.renew(&token, LONG_TTL).await.expect("renew");
+        let rec = record(&store, &key).await;
+        assert_eq!(until, rec.expires_at);
+        assert_eq!(rec.lease_until, Some(rec.expires_at));
+    }
+
+    pub async fn renew_of_a_done_claim_answers_its_expiry_and_writes_nothing(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(&store, req(&key)).await;
+        store.complete(&token).await.unwrap();
+        let before = store.lookup(&key).await.unwrap();
+        let until = store.renew(&token, LONG_LEASE).await.expect("renew");
+        assert_eq!(until, before.record.as_ref().unwrap().expires_at);
+        assert_eq!(store.lookup(&key).await.unwrap(), before);
+        // A mark-on-receipt claim is done at once.
+        let other = self::key("src");
+        let token = claimed(&store, req(&other).mode(ClaimMode::OnReceipt)).await;
+        let until = store.renew(&token, LONG_LEASE).await.expect("renew");
+        assert_eq!(until, record(&store, &other).await.expires_at);
+    }
+
+    pub async fn claims_record_their_holder(h: &impl Harness) {
+        let store = h.store();
+        let (a, b) = (holder("gw-a", 1), holder("gw-b", 7));
+        let key = key("src");
+        claimed(
+            &store,
+            ClaimRequest::new(key.clone(), SHORT_LEASE, LONG_TTL).holder(a.clone()),
+        )
+        .await;
+        assert_eq!(record(&store, &key).await.holder, Some(a.clone()));
+        h.advance(SHORT_LEASE).await;
+        let token = claimed(&store, req(&key).holder(b.clone())).await;
+        let rec = record(&store, &key).await;
+        assert_eq!(
+            (rec.attempt, rec.holder),
+            (2, Some(b.clone())),
+            "a takeover records its holder"
+        );
+        store.renew(&token, LONG_LEASE).await.unwrap();
+        assert_eq!(record(&store, &key).await.holder, Some(b.clone()));
+        store.complete(&token).await.unwrap();
+        assert_eq!(
+            record(&store, &key).await.holder,
+            None,
+            "a done record has no holder"
+        );
+        let receipt = self::key("src");
+        claimed(
+            &store,
+            req(&receipt).mode(ClaimMode::OnReceipt).holder(a.clone()),
+        )
+        .await;
+        assert_eq!(record(&store, &receipt).await.holder, None);
+        let anonymous = self::key("src");
+        claimed(&store, req(&anonymous)).await;
+        assert_eq!(record(&store, &anonymous).await.holder, None);
+    }
+
+    async fn in_flight<S: ClaimStore>(store: &S, key: &Key) {
+        match store.claim(req(key)).await.expect("claim") {
+            ClaimOutcome::InFlight { .. } => {}
+            other => panic!("{key}: expected InFlight, got {other:?}"),
+        }
+    }
+
+    pub async fn a_new_boot_frees_the_claims_of_earlier_boots<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-a").unwrap();
+        let first = store.register_boot(&name).await.expect("register");
+        assert_eq!((first.holder.clone(), first.freed), (holder("gw-a", 1), 0));
+        // Held by the first boot: freed by the next.
+        let abandoned = key("src");
+        claimed(&store, req(&abandoned).holder(first.holder.clone())).await;
+        // Held under the boot about to be registered, by another instance, by nobody.
+        let (current, other, anonymous) = (key("src"), key("src"), key("src"));
+        claimed(&store, req(&current).holder(holder("gw-a", 2))).await;
+        claimed(&store, req(&other).holder(holder("gw-b", 1))).await;
+        claimed(&store, req(&anonymous)).await;
+        // Done under the first boot: nothing to free.
+        let done = key("src");
+        let token = claimed(&store, req(&done).holder(first.holder.clone())).await;
+        store.complete(&token).await.unwrap();
+
+        let second = store.register_boot(&name).await.expect("register");
+        assert_eq!(second.holder, holder("gw-a", 2));
+        assert_eq!(second.freed, 1, "{second:?}");
+        assert!(second.started_at >= first.started_at);
+
+        let rec = record(&store, &abandoned).await;
+        assert_eq!(rec.state, RecordState::Processing);
+        assert_eq!(
+            rec.holder,
+            Some(first.holder.clone()),
+            "still shows who held it"
+        );
+        let view = store.lookup(&abandoned).await.unwrap();
+        let row = view.history.last().unwrap();
+        assert_eq!(
+            (row.outcome, row.attempt, row.processed),
+            (HistoryOutcome::Abandoned, Some(1), false)
+        );
+        assert!(row.at >= second.started_at, "{row:?} {second:?}");
+        // Takeable at once: the next delivery takes it over.
+        let taken = claimed(&store, req(&abandoned).holder(second.holder.clone())).await;
+        assert_eq!(taken.attempt, 2);
+        assert_eq!(
+            record(&store, &abandoned).await.holder,
+            Some(second.holder.clone())
+        );
+        assert_eq!(
+            outcomes(&store, &abandoned).await,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::Abandoned,
+                HistoryOutcome::Reclaimed
+            ]
+        );
+        for key in [&current, &other, &anonymous] {
+            in_flight(&store, key).await;
+            assert!(
+                !outcomes(&store, key)
+                    .await
+                    .contains(&HistoryOutcome::Abandoned),
+                "{key}"
+            );
+        }
+        assert!(matches!(
+            store.claim(req(&done)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+        // The third boot frees what the second holds: the claim it took over, and the one
+        // claimed under its number before it was registered.
+        let third = store.register_boot(&name).await.expect("register");
+        assert_eq!((third.holder.boot, third.freed), (3, 2), "{third:?}");
+        in_flight(&store, &other).await;
+    }
+
+    pub async fn boots_are_counted_per_instance<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let (a, b) = (
+            InstanceName::new("gw-a").unwrap(),
+            InstanceName::new("GW_b.2").unwrap(),
+        );
+        let mut seen = Vec::new();
+        for name in [&a, &a, &b, &a, &b] {
+            let boot = store.register_boot(name).await.expect("register");
+            assert_eq!(boot.holder.instance, *name);
+            assert_eq!(boot.freed, 0);
+            seen.push(boot.holder.boot);
+        }
+        assert_eq!(seen, [1, 2, 1, 3, 2]);
+    }
+
+    pub async fn a_new_boot_leaves_lapsed_and_expired_claims_alone<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-a").unwrap();
+        let first = store.register_boot(&name).await.expect("register");
+        let lapsed = key("src");
+        claimed(
+            &store,
+            ClaimRequest::new(lapsed.clone(), SHORT_LEASE, LONG_TTL).holder(first.holder.clone()),
+        )
+        .await;
+        let expired = key("src");
+        claimed(
+            &store,
+            ClaimRequest::new(expired.clone(), SHORT_TTL, SHORT_TTL).holder(first.holder.clone()),
+        )
+        .await;
+        h.advance(SHORT_TTL).await;
+        let second = store.register_boot(&name).await.expect("register");
+        assert_eq!(second.freed, 0, "already takeable: {second:?}");
+        assert_eq!(outcomes(&store, &lapsed).await, [HistoryOutcome::Claimed]);
+        assert_eq!(outcomes(&store, &expired).await, [HistoryOutcome::Claimed]);
+        assert_eq!(claimed(&store, req(&lapsed)).await.attempt, 2);
+        assert_eq!(claimed(&store, req(&expired)).await.attempt, 1);
     }
 
     pub async fn observe_counts_deliveries_gaps_and_late_duplicates<H>(h: &H)

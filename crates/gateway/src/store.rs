@@ -6,9 +6,13 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use idemgate_core::advise::Observation;
-use idemgate_core::store::{ClaimStore, HistoryQuery, Stats, StoreError, StoreStats, Sweep};
+use idemgate_core::store::{
+    Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
+};
 use idemgate_core::sweep::{self, SweepOptions, SweepReport};
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Key, MemoryStore};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, InstanceName, Key, MemoryStore, Timestamp,
+};
 use tokio_util::sync::CancellationToken;
 
 #[cfg_attr(
@@ -288,8 +292,23 @@ impl ClaimStore for Engine {
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         each!(self, s => s.release(token).await)
     }
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        each!(self, s => s.renew(token, lease).await)
+    }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         each!(self, s => s.lookup(key).await)
+    }
+}
+
+impl Identity for Engine {
+    fn store_id(&self) -> &str {
+        each!(self, s => s.store_id())
+    }
+}
+
+impl Instances for Engine {
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        each!(self, s => s.register_boot(instance).await)
     }
 }
 
@@ -337,8 +356,23 @@ impl ClaimStore for AnyStore {
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         either!(self, s => s.release(token).await)
     }
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        either!(self, s => s.renew(token, lease).await)
+    }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         either!(self, s => s.lookup(key).await)
+    }
+}
+
+impl Identity for AnyStore {
+    fn store_id(&self) -> &str {
+        either!(self, s => s.store_id())
+    }
+}
+
+impl Instances for AnyStore {
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        either!(self, s => s.register_boot(instance).await)
     }
 }
 

@@ -1,6 +1,6 @@
 -- The live record of one key (an expired one counts as absent).
 SELECT state, attempt, nonce, fingerprint, epoch_ms(first_seen), epoch_ms(lease_until),
-       epoch_ms(expires_at)
+       epoch_ms(expires_at), holder_instance, holder_boot
   FROM dedup
  WHERE source = $1::text AND event_id = $2::text AND expires_at > clock_timestamp()
  ORDER BY expires_at DESC

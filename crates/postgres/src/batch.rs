@@ -170,6 +170,8 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
     let mut on_receipt = Vec::with_capacity(n);
     let mut nonces = Vec::with_capacity(n);
     let mut late = Vec::with_capacity(n);
+    let mut holder_instances = Vec::with_capacity(n);
+    let mut holder_boots = Vec::with_capacity(n);
     for p in batch {
         sources.push(p.req.key.source.as_str());
         event_ids.push(p.req.key.event_id.as_str());
@@ -180,6 +182,9 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
         // Bit for bit: the nonce is a u64 kept in a bigint.
         nonces.push(p.nonce as i64);
         late.push(p.req.late_duplicates.as_str());
+        holder_instances.push(p.req.holder.as_ref().map(|h| h.instance.as_str()));
+        // Bit for bit, like the nonce.
+        holder_boots.push(p.req.holder.as_ref().map(|h| h.boot as i64));
     }
     let client = db.client().await?;
     let stmt = client
@@ -200,6 +205,8 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
                 &on_receipt,
                 &nonces,
                 &late,
+                &holder_instances,
+                &holder_boots,
             ],
         )
         .await

@@ -8,15 +8,18 @@
 //! - [`migrate`](mod@migrate): versioned `.sql` migrations, applied in one transaction under an
 //!   advisory lock; a schema migrated by a newer idemgate is refused untouched.
 //! - `store`: [`PgStore`], the [`ClaimStore`](idemgate_core::ClaimStore),
-//!   [`Sweep`](idemgate_core::Sweep) and [`Stats`](idemgate_core::Stats) implementations.
+//!   [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
+//!   [`Identity`](idemgate_core::Identity) and [`Instances`](idemgate_core::Instances)
+//!   implementations.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
 //!   call over arrays.
 //! - [`sweeper`]: partition maintenance, one sweep run ([`PgStore::sweep_run`]) and the background
 //!   task ([`spawn_sweeper`]).
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
-//! The SQL lives in `sql/`: `migrations/0001_init.sql` holds the tables and the server-side
-//! functions (the claim rules in PL/pgSQL), the other files the statements the store sends.
+//! The SQL lives in `sql/`: `migrations/0001_init.sql` and `0002_holders.sql` hold the tables and
+//! the server-side functions (the claim rules in PL/pgSQL), the other files the statements the
+//! store sends.
 //!
 //! Every time is the database's: `clock_timestamp()` inside the functions, `now()` in the sweep.
 //! Timestamps reach Rust as epoch milliseconds.

@@ -18,14 +18,21 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../sql/migrations/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../sql/migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "holders",
+        sql: include_str!("../sql/migrations/0002_holders.sql"),
+    },
+];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, HistoryEntry,
-    HistoryOutcome, HistoryQuery, Key, Record, RecordState, SourceName, SourceStats, Stats,
-    StoreError, StoreStats, Sweep, Timestamp,
+    Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, HistoryEntry,
+    HistoryOutcome, HistoryQuery, Holder, Identity, InstanceName, Instances, Key, Record,
+    RecordState, SourceName, SourceStats, Stats, StoreError, StoreStats, Sweep, Timestamp,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
@@ -23,6 +23,8 @@ use crate::migrate::migrate;
 
 const COMPLETE: &str = include_str!("../sql/complete.sql");
 const RELEASE: &str = include_str!("../sql/release.sql");
+const RENEW: &str = include_str!("../sql/renew.sql");
+const REGISTER_BOOT: &str = include_str!("../sql/register_boot.sql");
 const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
 const LOOKUP_HISTORY: &str = include_str!("../sql/lookup_history.sql");
 const SWEEP_BATCH: &str = include_str!("../sql/sweep_batch.sql");
@@ -40,6 +42,8 @@ pub struct PgStore {
 struct Inner {
     db: Db,
     claims: mpsc::Sender<Pending>,
+    /// The schema's `meta.store_id`, read at connect.
+    store_id: String,
 }
 
 impl fmt::Debug for PgStore {
@@ -48,6 +52,7 @@ impl fmt::Debug for PgStore {
             .field("target", &self.inner.db.cfg.target())
             .field("schema", &self.inner.db.cfg.schema)
             .field("expiry", &self.inner.db.cfg.expiry)
+            .field("store_id", &self.inner.store_id)
             .finish_non_exhaustive()
     }
 }
@@ -91,10 +96,22 @@ impl PgStore {
             max_ttl_ms: Arc::new(AtomicU64::new(0)),
         };
         db.ensure_partitions(0).await?;
+        const CONTEXT: &str = "reading the store id";
+        let store_id: String = db
+            .client()
+            .await?
+            .query_one("SELECT value FROM meta WHERE key = 'store_id'", &[])
+            .await
+            .map_err(PgError::db(CONTEXT))?
+            .get(0);
         let (tx, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
         tokio::spawn(batch::run(db.clone(), rx));
         Ok(Self {
-            inner: Arc::new(Inner { db, claims: tx }),
+            inner: Arc::new(Inner {
+                db,
+                claims: tx,
+                store_id,
+            }),
         })
     }
 
@@ -168,6 +185,67 @@ impl Db {
             .await?;
         if held { Ok(()) } else { Err(stale(token)) }
     }
+
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        const CONTEXT: &str = "renewing a lease";
+        let Ok(attempt) = i32::try_from(token.attempt) else {
+            return Err(stale(token));
+        };
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(RENEW)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let until: Option<i64> = client
+            .query_one(
+                &stmt,
+                &[
+                    &token.key.source.as_str(),
+                    &token.key.event_id.as_str(),
+                    &attempt,
+                    &(token.nonce as i64),
+                    &millis(lease),
+                ],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?
+            .get(0);
+        until
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| stale(token))
+    }
+
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, PgError> {
+        const CONTEXT: &str = "registering a boot";
+        let mut tries = 0;
+        loop {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(REGISTER_BOOT)
+                .await
+                .map_err(PgError::db(CONTEXT))?;
+            // One implicit transaction: a deadlock with a claim batch rolls all of it back.
+            match client
+                .query_one(&stmt, &[&instance.as_str()])
+                .await
+                .map_err(PgError::db(CONTEXT))
+            {
+                Ok(row) => {
+                    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+                    return Ok(Boot {
+                        holder: Holder {
+                            instance: instance.clone(),
+                            boot: count(row.get(0)),
+                        },
+                        started_at: Timestamp::from_millis(row.get(1)),
+                        freed: count(row.get(2)),
+                    });
+                }
+                Err(e) if e.is_deadlock() && tries < 3 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 fn stale(token: &ClaimToken) -> StoreError {
@@ -238,6 +316,10 @@ impl ClaimStore for PgStore {
             .await
     }
 
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.inner.db.renew(token, lease).await
+    }
+
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         const CONTEXT: &str = "looking an event up";
         let client = self.inner.db.client().await?;
@@ -269,6 +351,24 @@ impl ClaimStore for PgStore {
                     first_seen: Timestamp::from_millis(row.get(4)),
                     lease_until: row.get::<_, Option<i64>>(5).map(Timestamp::from_millis),
                     expires_at: Timestamp::from_millis(row.get(6)),
+                    holder: match (
+                        row.get::<_, Option<String>>(7),
+                        row.get::<_, Option<i64>>(8),
+                    ) {
+                        (None, None) => None,
+                        (Some(instance), Some(boot)) => Some(Holder {
+                            instance: InstanceName::new(instance)
+                                .map_err(|e| unexpected(CONTEXT, e.to_string()))?,
+                            // Bit for bit, like the nonce.
+                            boot: boot as u64,
+                        }),
+                        (instance, boot) => {
+                            return Err(unexpected(
+                                CONTEXT,
+                                format!("holder {instance:?} with boot {boot:?}"),
+                            ));
+                        }
+                    },
                 })
             })
             .transpose()?;
@@ -295,6 +395,22 @@ impl ClaimStore for PgStore {
             record,
             history,
         })
+    }
+}
+
+impl Identity for PgStore {
+    /// The schema's `meta.store_id`, created with it (or by migration 2 for a schema of
+    /// version 1).
+    fn store_id(&self) -> &str {
+        &self.inner.store_id
+    }
+}
+
+impl Instances for PgStore {
+    /// One call of `register_boot` (one transaction). Finding the earlier boots' claims scans
+    /// `dedup`: no index on the holder, so takeovers and completions stay HOT updates.
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        Ok(self.inner.db.register_boot(instance).await?)
     }
 }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{SchemaGuard, TestStore};
 use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, HistoryOutcome, Key, Stats, StoreError,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, HistoryOutcome, Identity, Instances, Key,
+    Stats, StoreError,
 };
 use idemgate_postgres::{ConfigError, Expiry, PgConfig, PgError, PgStore, SCHEMA_VERSION};
 use tokio_util::sync::CancellationToken;
@@ -57,7 +58,7 @@ async fn migrations_are_idempotent() {
     }
     let (cfg, _guard) = common::config(Expiry::batched());
     let first = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(first.applied, [1]);
+    assert_eq!(first.applied, [1, 2]);
     assert_eq!(first.version, SCHEMA_VERSION);
     let again = idemgate_postgres::migrate(&cfg).await.unwrap();
     assert!(again.applied.is_empty(), "{again:?}");
@@ -82,8 +83,8 @@ async fn two_concurrent_migrators_both_succeed_once() {
     applied.sort();
     assert_eq!(
         applied,
-        [vec![], vec![1]],
-        "exactly one migrator applied version 1"
+        [vec![], vec![1, 2]],
+        "exactly one migrator applied versions 1 and 2"
     );
 }
 
@@ -543,4 +544,177 @@ async fn a_partition_width_that_does_not_divide_a_day_is_refused_before_connecti
         idemgate_postgres::migrate(&cfg).await,
         Err(PgError::Config(_))
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema 2: holders, boots, renewal, identity
+
+/// A schema of version 1 (what the previous release created) is migrated in place: its records
+/// stay, with no holder; it gets a store id; `abandoned` history rows are accepted; and a build
+/// of schema 1 still running keeps claiming through the 8-array `claim_batch`.
+#[tokio::test]
+async fn a_schema_1_schema_is_upgraded_in_place() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, _guard) = common::config(Expiry::batched());
+    let client = common::raw(&cfg.schema).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{s}\"; SET search_path = \"{s}\"; {migrations}; \
+             SELECT set_config('idemgate.dedup_mode', 'batched', false), \
+                    set_config('idemgate.partition_width_s', '', false);",
+            s = cfg.schema,
+            migrations = include_str!("../sql/schema_migrations.sql"),
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("../sql/migrations/0001_init.sql"))
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO schema_migrations (version, name) VALUES (1, 'init');
+             SELECT ensure_partitions(now() + interval '40 days', now());
+             SELECT * FROM claim_batch(ARRAY['src'], ARRAY['evt_old'], ARRAY[NULL]::bytea[],
+                 ARRAY[60000::bigint], ARRAY[3600000::bigint], ARRAY[false], ARRAY[42::bigint],
+                 ARRAY['flag']);",
+        )
+        .await
+        .unwrap();
+
+    let report = idemgate_postgres::migrate(&cfg).await.unwrap();
+    assert_eq!(report.applied, [2]);
+    let store = PgStore::connect(cfg.clone()).await.unwrap();
+    let id = store.store_id().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    let old = Key::parse("src", "evt_old").unwrap();
+    let view = store.lookup(&old).await.unwrap();
+    let rec = view.record.expect("the record of schema 1");
+    assert_eq!((rec.attempt, rec.nonce, rec.holder), (1, 42, None));
+    assert_eq!(view.history.len(), 1);
+
+    // A schema-1 build's call, after the upgrade.
+    let rows = client
+        .query(
+            "SELECT r_outcome FROM claim_batch(ARRAY['src', 'src'], ARRAY['evt_old', 'evt_new'], \
+                 ARRAY[NULL, NULL]::bytea[], ARRAY[60000, 60000]::bigint[], \
+                 ARRAY[3600000, 3600000]::bigint[], ARRAY[false, false], ARRAY[7, 8]::bigint[], \
+                 ARRAY['flag', 'flag']) ORDER BY r_idx",
+            &[],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(outcomes, ["in_flight", "claimed"]);
+
+    // Boots and abandoned rows work on the upgraded schema.
+    let name = idemgate_core::InstanceName::new("gw-1").unwrap();
+    let first = store.register_boot(&name).await.unwrap();
+    let k = key();
+    store
+        .claim(req(&k, Duration::from_secs(3_600)).holder(first.holder.clone()))
+        .await
+        .unwrap();
+    assert_eq!(store.register_boot(&name).await.unwrap().freed, 1);
+    let last = store.lookup(&k).await.unwrap().history.pop().unwrap();
+    assert_eq!(last.outcome, HistoryOutcome::Abandoned);
+    drop(store);
+    // Reconnecting reads the same id.
+    assert_eq!(PgStore::connect(cfg).await.unwrap().store_id(), id);
+}
+
+/// Every schema has its own id, kept across connections; a schema dropped and created again
+/// gets a new one.
+#[tokio::test]
+async fn the_store_id_lives_in_the_schema() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, guard) = common::config(Expiry::batched());
+    let first = PgStore::connect(cfg.clone()).await.unwrap();
+    let id = first.store_id().to_owned();
+    assert!(
+        id.bytes().all(|b| b.is_ascii_hexdigit()) && id.len() == 32,
+        "{id}"
+    );
+    assert_eq!(PgStore::connect(cfg.clone()).await.unwrap().store_id(), id);
+    let (other, _other_guard) = common::config(common::partitioned_hourly());
+    assert_ne!(PgStore::connect(other).await.unwrap().store_id(), id);
+    drop(first);
+
+    let client = common::raw(&guard.schema).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", guard.schema))
+        .await
+        .unwrap();
+    let again = PgStore::connect(cfg).await.unwrap();
+    assert_ne!(again.store_id(), id, "a recreated schema is another store");
+}
+
+/// Renewal, a boot's abandoning, a takeover (which changes the holder) and a completion touch no
+/// indexed column: all four are HOT updates of the dedup row.
+#[tokio::test]
+async fn renew_abandon_takeover_and_complete_are_hot_updates() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let name = idemgate_core::InstanceName::new("gw-hot").unwrap();
+    let boot = store.register_boot(&name).await.unwrap();
+    let k = key();
+    let token = match store
+        .claim(req(&k, Duration::from_secs(3_600)).holder(boot.holder.clone()))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let mut client = common::raw(&store.guard.schema).await;
+    let tx = client.transaction().await.unwrap();
+    let (s, e) = (k.source.as_str(), k.event_id.as_str());
+    let renewed: Option<i64> = tx
+        .query_one(
+            "SELECT renew_claim($1, $2, 1, $3, 120000)",
+            &[&s, &e, &(token.nonce as i64)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(renewed.is_some());
+    let freed: i64 = tx
+        .query_one("SELECT r_freed FROM register_boot('gw-hot')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(freed, 1);
+    let taken: String = tx
+        .query_one(
+            "SELECT r_outcome FROM claim_batch(ARRAY[$1], ARRAY[$2], ARRAY[NULL]::bytea[], \
+                 ARRAY[60000::bigint], ARRAY[3600000::bigint], ARRAY[false], ARRAY[99::bigint], \
+                 ARRAY['flag'], ARRAY['gw-hot'], ARRAY[3::bigint])",
+            &[&s, &e],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(taken, "claimed");
+    let completed: bool = tx
+        .query_one("SELECT complete_claim($1, $2, 2, 99)", &[&s, &e])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(completed);
+    let row = tx
+        .query_one(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables \
+             WHERE relid = 'dedup'::regclass",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (updates, hot): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((updates, hot), (4, 4), "every update was HOT");
+    tx.commit().await.unwrap();
 }

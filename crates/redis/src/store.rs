@@ -24,9 +24,10 @@ use std::time::Instant;
 
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint,
-    HistoryEntry, HistoryOutcome, HistoryQuery, Key, LateDuplicates, Record, RecordState,
-    SourceName, SourceStats, Stats, StoreError, StoreStats, Timestamp, machine,
+    Boot, ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint,
+    HistoryEntry, HistoryOutcome, HistoryQuery, Holder, Identity, InstanceName, Instances, Key,
+    LateDuplicates, Record, RecordState, SourceName, SourceStats, Stats, StoreError, StoreStats,
+    Timestamp, machine,
 };
 use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 use tracing::{info, instrument, warn};
@@ -58,6 +59,8 @@ struct Shared {
     /// The streams found by the last purge's keyspace walk, and when: a purge runs in many
     /// batches, and walking every key for each would cost more than the trimming.
     purge_streams: Mutex<Option<(Instant, SourceStreams)>>,
+    /// `<prefix>store_id`, read (or created) at connect.
+    store_id: String,
 }
 
 #[derive(Debug)]
@@ -65,6 +68,9 @@ struct Scripts {
     claim: Script,
     finish: Script,
     lookup: Script,
+    renew: Script,
+    abandon: Script,
+    boot: Script,
 }
 
 impl Scripts {
@@ -82,6 +88,10 @@ impl Scripts {
             claim: script!("claim.lua"),
             finish: script!("finish.lua"),
             lookup: script!("lookup.lua"),
+            renew: script!("renew.lua"),
+            abandon: script!("abandon.lua"),
+            // Not an event script: no common.lua.
+            boot: Script::new(include_str!("lua/boot.lua")),
         }
     }
 }
@@ -123,6 +133,7 @@ impl RedisStore {
             })?;
         let stream_in_script =
             matches!(conn, Conn::Single(_)) && cfg.source_stream_maxlen.is_some();
+        let store_id = Self::identity(&conn, &Keys::new(&cfg.key_prefix)).await?;
         let store = Self {
             conn,
             shared: Arc::new(Shared {
@@ -132,6 +143,7 @@ impl RedisStore {
                 history_args: (ms(cfg.history_retention), cfg.history_per_event.get()),
                 stream_errors: LogLimiter::new(Duration::from_secs(60)),
                 purge_streams: Mutex::new(None),
+                store_id,
                 cfg,
             }),
         };
@@ -144,6 +156,27 @@ impl RedisStore {
     /// The configuration it runs on.
     pub fn config(&self) -> &RedisConfig {
         &self.shared.cfg
+    }
+
+    /// The store's id under its prefix: created by the first store to connect (`SET NX`, no
+    /// expiry), read by every later one.
+    async fn identity(conn: &Conn, keys: &Keys) -> Result<String, RedisError> {
+        let mut conn = conn.clone();
+        let key = keys.store_id();
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(idemgate_core::store::random_store_id())
+            .arg("NX")
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(RedisError::command("SET NX"))?;
+        let id: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(RedisError::command("GET"))?;
+        id.filter(|id| !id.is_empty())
+            .ok_or_else(|| RedisError::reply("GET", format!("no store id under {key}")))
     }
 
     async fn check_server(&self) -> Result<(), RedisError> {
@@ -200,7 +233,9 @@ impl RedisStore {
     async fn load_scripts(&self) -> Result<(), RedisError> {
         let mut conn = self.conn.clone();
         let s = &self.shared.scripts;
-        for script in [&s.claim, &s.finish, &s.lookup] {
+        for script in [
+            &s.claim, &s.finish, &s.lookup, &s.renew, &s.abandon, &s.boot,
+        ] {
             script
                 .load_async(&mut conn)
                 .await
@@ -273,6 +308,10 @@ impl RedisStore {
         };
         let fingerprint = req.fingerprint.map(|f| f.to_hex()).unwrap_or_default();
         let nonce_hex = format!("{nonce:016x}");
+        let (holder_instance, holder_boot) = match &req.holder {
+            Some(h) => (h.instance.as_str(), h.boot.to_string()),
+            None => ("", String::new()),
+        };
         let ((answer, n, gap, expires_at, late_first_seen, stream_failed), in_script): (
             (String, i64, i64, i64, i64, i64),
             bool,
@@ -287,7 +326,9 @@ impl RedisStore {
                         .arg(ms(req.lease))
                         .arg(ms(req.ttl).max(1))
                         .arg(&nonce_hex)
-                        .arg(late);
+                        .arg(late)
+                        .arg(holder_instance)
+                        .arg(&holder_boot);
                 },
             )
             .await?;
@@ -392,6 +433,120 @@ impl RedisStore {
             self.stream_failed(&token.key);
         }
         Ok(())
+    }
+
+    async fn run_renew(
+        &self,
+        token: &ClaimToken,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let nonce_hex = format!("{:016x}", token.nonce);
+        // No history row: the stream stays out of it.
+        let mut inv = self.invocation(&self.shared.scripts.renew, &token.key, false);
+        inv.arg(token.attempt).arg(&nonce_hex).arg(ms(lease));
+        let mut conn = self.conn.clone();
+        let (code, at): (i64, i64) = inv
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command("renew script"))?;
+        match code {
+            1 | 3 => Ok(Timestamp::from_millis(at)),
+            0 => Err(StoreError::StaleToken {
+                key: token.key.clone(),
+                attempt: token.attempt,
+            }),
+            other => Err(RedisError::reply("renew script", format!("{other} {at}")).into()),
+        }
+    }
+
+    /// Registers the boot (one script on the instance's key), then walks every master's events
+    /// (`SCAN`, one pipelined `HGET` of the record per page) and runs the abandon script on each
+    /// whose record names `instance` under an earlier boot; the script decides by the server's
+    /// clock and writes the `abandoned` row. Each event is freed atomically; the walk as a whole
+    /// is not (a crash during it leaves the rest to their leases).
+    async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
+        let keys = &self.shared.keys;
+        let mut conn = self.conn.clone();
+        let (boot, started): (u64, i64) = self
+            .shared
+            .scripts
+            .boot
+            .key(keys.instance(instance))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command("boot script"))?;
+        let pattern = keys.events_pattern();
+        let mut freed = 0;
+        for node in conn.masters().await.map_err(RedisError::command("PING"))? {
+            let mut cursor = 0;
+            loop {
+                let (next, page) = conn
+                    .scan_page(&node, cursor, &pattern)
+                    .await
+                    .map_err(RedisError::command("SCAN"))?;
+                let records: Vec<Option<String>> = if page.is_empty() {
+                    Vec::new()
+                } else {
+                    let mut pipe = redis::pipe();
+                    for key in &page {
+                        pipe.cmd("HGET").arg(key).arg("r");
+                    }
+                    conn.pipeline_on_node(&node, pipe)
+                        .await
+                        .map_err(RedisError::command("HGET"))?
+                        .into_iter()
+                        .map(redis::from_redis_value)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| RedisError::command("HGET")(e.into()))?
+                };
+                for (event_key, record) in page.iter().zip(records) {
+                    let held_before = record.as_deref().and_then(parse_record).is_some_and(|r| {
+                        r.state == RecordState::Processing
+                            && r.holder
+                                .is_some_and(|h| h.instance == *instance && h.boot < boot)
+                    });
+                    if !held_before {
+                        continue;
+                    }
+                    let Some(key) = keys.key_of(event_key) else {
+                        continue;
+                    };
+                    let ((done, attempt, stream_failed), in_script): ((i64, i64, i64), bool) = self
+                        .eval(
+                            "abandon script",
+                            &self.shared.scripts.abandon,
+                            &key,
+                            |inv| {
+                                inv.arg(instance.as_str()).arg(boot);
+                            },
+                        )
+                        .await?;
+                    if done != 1 {
+                        continue;
+                    }
+                    freed += 1;
+                    if !in_script {
+                        let attempt = u32::try_from(attempt).ok();
+                        self.append_stream(&key, HistoryOutcome::Abandoned, attempt, None)
+                            .await;
+                    } else if stream_failed != 0 {
+                        self.stream_failed(&key);
+                    }
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(Boot {
+            holder: Holder {
+                instance: instance.clone(),
+                boot,
+            },
+            started_at: Timestamp::from_millis(started),
+            freed,
+        })
     }
 
     /// A script could not add to the source's stream (logged at most once a minute).
@@ -753,9 +908,30 @@ impl ClaimStore for RedisStore {
         self.run_finish(token, HistoryOutcome::Released).await
     }
 
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.run_renew(token, lease).await
+    }
+
     #[instrument(level = "debug", skip_all, fields(source = %key.source))]
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         Ok(self.run_lookup(key).await?)
+    }
+}
+
+impl Identity for RedisStore {
+    /// `<prefix>store_id`: one id per prefix on one server or Cluster, made by the first store
+    /// that connected. A flushed Redis makes a new one at the next connect.
+    fn store_id(&self) -> &str {
+        &self.shared.store_id
+    }
+}
+
+impl Instances for RedisStore {
+    /// Atomic per event, not as a whole: see the crate README.
+    #[instrument(level = "info", skip_all, fields(instance = %instance))]
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        Ok(self.run_boot(instance).await?)
     }
 }
 
@@ -767,7 +943,8 @@ fn opt_fingerprint(hex: &str) -> Option<Option<Fingerprint>> {
     }
 }
 
-/// `state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at` (see `lua/common.lua`).
+/// `state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at`, then
+/// `|holder_instance|holder_boot` when held (see `lua/common.lua`).
 fn parse_record(text: &str) -> Option<Record> {
     let mut f = text.split('|');
     let state = match f.next()? {
@@ -784,6 +961,14 @@ fn parse_record(text: &str) -> Option<Record> {
         t => Some(Timestamp::from_millis(t.parse().ok()?)),
     };
     let expires_at = Timestamp::from_millis(f.next()?.parse().ok()?);
+    let holder = match (f.next(), f.next()) {
+        (None, None) => None,
+        (Some(instance), Some(boot)) => Some(Holder {
+            instance: InstanceName::new(instance).ok()?,
+            boot: boot.parse().ok()?,
+        }),
+        _ => return None,
+    };
     f.next().is_none().then_some(Record {
         state,
         attempt,
@@ -792,6 +977,7 @@ fn parse_record(text: &str) -> Option<Record> {
         first_seen,
         lease_until,
         expires_at,
+        holder,
     })
 }
 
@@ -844,6 +1030,17 @@ mod tests {
         );
         assert!(parse_record("q|1|1||1||5").is_none());
         assert!(parse_record("d|1|1||1||5|extra").is_none());
+        let held = parse_record("p|1|0000000000000001||1000|1250|5000|gw-1|3").unwrap();
+        assert_eq!(
+            held.holder,
+            Some(Holder {
+                instance: InstanceName::new("gw-1").unwrap(),
+                boot: 3
+            })
+        );
+        assert!(parse_record("p|1|1||1|2|5|gw 1|3").is_none());
+        assert!(parse_record("p|1|1||1|2|5|gw-1|x").is_none());
+        assert!(parse_record("p|1|1||1|2|5|gw-1|3|more").is_none());
 
         let row = parse_history("duplicate|0|1|2000|1000|").unwrap();
         assert_eq!(row.outcome, HistoryOutcome::Duplicate);

@@ -16,10 +16,23 @@
 //!   record before the release cannot cache it after), then the inner store deletes the record.
 //!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
 //!   never cacheable); a done one is refused, since its cached answer could outlive the release.
-//! - **lookup**, [`Sweep`], [`Stats`], [`HistoryQuery`]: the inner store.
+//! - **renew**, **lookup**, [`Sweep`], [`Stats`], [`HistoryQuery`], [`Identity`], [`Instances`]:
+//!   the inner store.
 //!
 //! Why eviction, `FLUSHALL` or a restart can only cost a round trip: a claim is never decided by
 //! Redis alone. A missing entry means "ask SQL", and SQL's answer is the one the caller gets.
+//!
+//! **Tied to its store.** Every cache entry is written for one inner store: its key ends with
+//! the inner store's [`Identity::store_id`] (`<prefix>{<source>/<id>}:c:<store id>`), read once
+//! when the tier is built. Two stores sharing one Redis and one prefix (two gateways on two
+//! databases), or a database wiped and created again (a new id), never answer from each other's
+//! entries. The id is in the key, not in the value: a mismatch in the value would only turn a
+//! hit into a miss, while two stores sharing keys would overwrite each other's entries and
+//! tombstones on every fill and release (each store's hits would fall to nothing, and one
+//! store's release tombstone would keep the other from caching). With the id in the key each
+//! store has its own entries, and a former store's expire on their own (each by its record's
+//! expiry). A database restored from a backup keeps its id, so its entries are still read: see
+//! the crate README.
 //!
 //! A Redis error counts in [`TierCounters::errors`], is logged at most once a minute, and sends
 //! claims straight to the inner store for [`TierConfig::retry_after`] (counted as `bypassed`), so
@@ -39,8 +52,8 @@ use std::time::{Duration, Instant};
 use idemgate_core::advise::Observation;
 use idemgate_core::store::HistoryQuery;
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, Key, RecordState,
-    Stats, StoreError, StoreStats, Sweep, Timestamp,
+    Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, Identity,
+    InstanceName, Instances, Key, RecordState, Stats, StoreError, StoreStats, Sweep, Timestamp,
 };
 use redis::{AsyncCommands, Script};
 use tracing::{instrument, warn};
@@ -76,6 +89,8 @@ struct Shared {
     cfg: TierConfig,
     conn: Conn,
     keys: Keys,
+    /// The suffix of this tier's cache keys: the inner store's id ([`Keys::cache_scope`]).
+    scope: String,
     fill: Script,
     counters: Counters,
     start: Instant,
@@ -150,10 +165,11 @@ impl Cached {
     }
 }
 
-impl<S: ClaimStore> TieredStore<S> {
-    /// Puts Redis in front of `inner`. Never connects: the connection is made on first use and
-    /// remade after failures, so a Redis that is down at start only means answers come from
-    /// `inner` until it is up. Must be called within a Tokio runtime.
+impl<S: ClaimStore + Identity> TieredStore<S> {
+    /// Puts Redis in front of `inner`, caching only for `inner`'s [`Identity::store_id`] (read
+    /// now). Never connects: the connection is made on first use and remade after failures, so a
+    /// Redis that is down at start only means answers come from `inner` until it is up. Must be
+    /// called within a Tokio runtime.
     ///
     /// # Errors
     /// [`RedisError::Config`] when `cfg` cannot work.
@@ -168,10 +184,12 @@ impl<S: ClaimStore> TieredStore<S> {
             target: cfg.target.describe(),
             source,
         })?;
+        let scope = Keys::cache_scope(inner.store_id());
         Ok(Self {
             inner,
             shared: Arc::new(Shared {
                 keys: Keys::new(&cfg.key_prefix),
+                scope,
                 cfg,
                 conn,
                 fill: Script::new(include_str!("lua/fill.lua")),
@@ -182,7 +200,9 @@ impl<S: ClaimStore> TieredStore<S> {
             }),
         })
     }
+}
 
+impl<S: ClaimStore> TieredStore<S> {
     /// The store behind the cache.
     pub fn inner(&self) -> &S {
         &self.inner
@@ -241,7 +261,10 @@ impl<S: ClaimStore> TieredStore<S> {
             return None;
         }
         let mut conn = self.shared.conn.clone();
-        let entry: Option<String> = match conn.get(self.shared.keys.cache(&req.key)).await {
+        let entry: Option<String> = match conn
+            .get(self.shared.keys.cache(&req.key, &self.shared.scope))
+            .await
+        {
             Ok(entry) => entry,
             Err(e) => {
                 self.redis_failed("reading the cache", &e);
@@ -276,7 +299,7 @@ impl<S: ClaimStore> TieredStore<S> {
         let result: Result<i64, _> = self
             .shared
             .fill
-            .key(self.shared.keys.cache(&req.key))
+            .key(self.shared.keys.cache(&req.key, &self.shared.scope))
             .arg(entry.encode())
             .arg(until)
             .arg(TOMBSTONE)
@@ -292,7 +315,7 @@ impl<S: ClaimStore> TieredStore<S> {
         let mut conn = self.shared.conn.clone();
         let ms = u64::try_from(self.shared.cfg.release_tombstone.as_millis()).unwrap_or(u64::MAX);
         redis::cmd("SET")
-            .arg(self.shared.keys.cache(key))
+            .arg(self.shared.keys.cache(key, &self.shared.scope))
             .arg(TOMBSTONE)
             .arg("PX")
             .arg(ms)
@@ -370,8 +393,27 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
         self.inner.release(token).await
     }
 
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.inner.renew(token, lease).await
+    }
+
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.inner.lookup(key).await
+    }
+}
+
+impl<S: Identity> Identity for TieredStore<S> {
+    /// The inner store's: the tier is a cache of it, not a store of its own.
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+}
+
+impl<S: ClaimStore + Instances> Instances for TieredStore<S> {
+    /// The inner store's. Nothing cached changes: only done records are cached, and a boot
+    /// frees processing ones.
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        self.inner.register_boot(instance).await
     }
 }
 

@@ -37,6 +37,45 @@ async fn cluster_harness() -> Option<PrefixHarness> {
 
 idemgate_core::conformance_tests!(cluster_harness());
 idemgate_core::history_conformance_tests!(cluster_harness());
+idemgate_core::instances_conformance_tests!(cluster_harness());
+
+/// A boot walks every master: claims spread over the Cluster are all freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_frees_claims_on_every_master() {
+    use idemgate_core::{InstanceName, Instances};
+    let Some(h) = cluster_harness().await else {
+        return;
+    };
+    let store = h.store();
+    let name = InstanceName::new("gw-spread").unwrap();
+    let first = store.register_boot(&name).await.unwrap();
+    let lease = Duration::from_secs(60);
+    let keys: Vec<Key> = (0..48)
+        .map(|i| Key::parse("spread", &format!("boot-{i}")).unwrap())
+        .collect();
+    for key in &keys {
+        let outcome = store
+            .claim(ClaimRequest::new(key.clone(), lease, lease * 10).holder(first.holder.clone()))
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Claimed { .. }),
+            "{outcome:?}"
+        );
+    }
+    let second = store.register_boot(&name).await.unwrap();
+    assert_eq!((second.holder.boot, second.freed), (2, 48));
+    for key in &keys {
+        match store
+            .claim(ClaimRequest::new(key.clone(), lease, lease * 10))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { token, .. } => assert_eq!(token.attempt, 2),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_count_records_and_history() {

@@ -12,6 +12,75 @@ use idemgate_redis::{RedisConfig, RedisError, RedisStore};
 
 idemgate_core::conformance_tests!(standalone_harness());
 idemgate_core::history_conformance_tests!(standalone_harness());
+idemgate_core::instances_conformance_tests!(standalone_harness());
+
+/// The store id lives under the prefix: every store on it reads the one the first created; another
+/// prefix is another store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_id_lives_under_the_prefix() {
+    use idemgate_core::Identity;
+    let Some(h) = standalone_harness().await else {
+        return;
+    };
+    let id = h.store().store_id().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    let mut same = RedisConfig::new(common::redis_url());
+    same.key_prefix = h.store().config().key_prefix.clone();
+    assert_eq!(RedisStore::connect(same).await.unwrap().store_id(), id);
+    let Some(other) = standalone_harness().await else {
+        return;
+    };
+    assert_ne!(other.store().store_id(), id);
+}
+
+/// Records written before holders existed (7 fields) still read, as held by nobody, and a new
+/// boot leaves them alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_a_holder_field_still_read() {
+    use idemgate_core::{InstanceName, Instances};
+    let Some(h) = standalone_harness().await else {
+        return;
+    };
+    let store = h.store();
+    let key = Key::parse("src", "evt-old").unwrap();
+    let prefix = store.config().key_prefix.clone();
+    let mut con = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let now = secs * 1_000;
+    redis::cmd("HSET")
+        .arg(format!("{prefix}{{src/evt-old}}:e"))
+        .arg("r")
+        .arg(format!(
+            "p|1|000000000000002a||{now}|{}|{}",
+            now + 60_000,
+            now + 600_000
+        ))
+        .arg("n")
+        .arg(0)
+        .query::<()>(&mut con)
+        .unwrap();
+    let rec = store.lookup(&key).await.unwrap().record.unwrap();
+    assert_eq!((rec.nonce, rec.holder), (42, None));
+    let boot = store
+        .register_boot(&InstanceName::new("gw-1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(boot.freed, 0);
+    assert!(matches!(
+        store
+            .claim(ClaimRequest::new(
+                key,
+                Duration::from_secs(60),
+                Duration::from_secs(600)
+            ))
+            .await
+            .unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_count_records_and_history() {

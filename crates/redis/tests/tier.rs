@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use common::{Cleanup, TestServer, WHAT_TO_INSTALL, WHAT_TO_START, redis_url, unique_prefix};
 use idemgate_core::testkit::{self, Harness, RealTimeHarness, require_service};
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, Key, MemoryStore};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, Identity, Key, MemoryStore,
+};
 use idemgate_redis::{TierConfig, TieredStore};
 
 #[derive(Debug)]
@@ -56,6 +58,7 @@ async fn tier_harness() -> Option<TierHarness> {
 }
 
 idemgate_core::conformance_tests!(tier_harness());
+idemgate_core::instances_conformance_tests!(tier_harness());
 
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(600);
@@ -276,4 +279,128 @@ async fn hits_skip_the_inner_store_and_release_invalidates() {
         store.claim(req(&key)).await.unwrap(),
         ClaimOutcome::Claimed { .. }
     ));
+}
+
+/// A SQLite store in a directory of its own, behind a tier on the shared Redis under `prefix`.
+fn sqlite_tier(dir: &std::path::Path, prefix: &str) -> TieredStore<idemgate_sqlite::SqliteStore> {
+    let mut cfg = TierConfig::new(redis_url());
+    cfg.key_prefix = prefix.to_owned();
+    TieredStore::new(idemgate_sqlite::SqliteStore::open(dir).expect("open"), cfg)
+        .expect("tier config")
+}
+
+/// Claims and completes `key`, then sends its first duplicate (which fills the cache) and a second
+/// (a hit).
+async fn processed_and_cached<S: ClaimStore>(tier: &TieredStore<S>, key: &Key) {
+    let ClaimOutcome::Claimed { token, .. } = tier.claim(req(key)).await.unwrap() else {
+        panic!("expected Claimed");
+    };
+    tier.complete(&token).await.unwrap();
+    for _ in 0..2 {
+        assert!(matches!(
+            tier.claim(req(key)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
+    assert_eq!(
+        tier.counters().hits,
+        1,
+        "the second duplicate came from Redis"
+    );
+}
+
+/// Two gateways on two databases, one Redis, one prefix: a duplicate in one store is news to the
+/// other, and each keeps its own cache (no store's fill or release touches the other's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_sharing_one_redis_and_prefix_never_share_answers() {
+    let url = redis_url();
+    if require_service(shared_redis_up(&url).await, WHAT_TO_START).is_none() {
+        return;
+    }
+    let prefix = unique_prefix();
+    let _cleanup = Cleanup {
+        url,
+        prefix: prefix.clone(),
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (
+        sqlite_tier(dir_a.path(), &prefix),
+        sqlite_tier(dir_b.path(), &prefix),
+    );
+    assert_ne!(a.store_id(), b.store_id());
+    assert_eq!(a.store_id(), a.inner().store_id());
+    let key = Key::parse("shared", "evt-1").unwrap();
+    processed_and_cached(&a, &key).await;
+
+    // Store B never saw the event: it is B's to process, whatever A's cache holds.
+    let ClaimOutcome::Claimed { token, .. } = b.claim(req(&key)).await.unwrap() else {
+        panic!("store B answered from store A's cache");
+    };
+    assert_eq!(b.counters().hits, 0);
+    // B's release (its tombstone) leaves A's cached answer alone.
+    b.release(&token).await.unwrap();
+    assert!(matches!(
+        a.claim(req(&key)).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
+    assert_eq!(a.counters().hits, 2);
+}
+
+/// A database deleted and created again is a new store: it answers nothing from the cache its
+/// predecessor filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_database_does_not_answer_from_the_old_cache() {
+    let url = redis_url();
+    if require_service(shared_redis_up(&url).await, WHAT_TO_START).is_none() {
+        return;
+    }
+    let prefix = unique_prefix();
+    let _cleanup = Cleanup {
+        url,
+        prefix: prefix.clone(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = Key::parse("wiped", "evt-1").unwrap();
+    let old_id = {
+        let old = sqlite_tier(dir.path(), &prefix);
+        processed_and_cached(&old, &key).await;
+        old.store_id().to_owned()
+    };
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let new = sqlite_tier(dir.path(), &prefix);
+    assert_ne!(new.store_id(), old_id);
+    assert!(
+        matches!(
+            new.claim(req(&key)).await.unwrap(),
+            ClaimOutcome::Claimed { .. }
+        ),
+        "the new database never saw the event"
+    );
+    assert_eq!(new.counters().hits, 0);
+
+    // Reopening the same database keeps its id, and its cache.
+    let ClaimOutcome::Claimed { .. } = new
+        .claim(req(&Key::parse("wiped", "evt-2").unwrap()))
+        .await
+        .unwrap()
+    else {
+        panic!("expected Claimed");
+    };
+    let other = Key::parse("wiped", "evt-3").unwrap();
+    processed_and_cached(&new, &other).await;
+    let id = new.store_id().to_owned();
+    drop(new);
+    let reopened = sqlite_tier(dir.path(), &prefix);
+    assert_eq!(reopened.store_id(), id);
+    assert!(matches!(
+        reopened.claim(req(&other)).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
+    assert_eq!(
+        reopened.counters().hits,
+        1,
+        "answered from the cache it filled before"
+    );
 }

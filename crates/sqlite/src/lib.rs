@@ -13,7 +13,8 @@
 //!   pool and never wait for the writer.
 //! - The claim rules are [`idemgate_core::machine`]'s, run with the store's clock (the host's, as
 //!   the store is embedded; injectable for tests).
-//! - The schema lives in `sql/`, versioned by `PRAGMA user_version`.
+//! - The schema lives in `sql/`, versioned by `PRAGMA user_version`. Its `meta` table holds the
+//!   store's [`Identity`], created with the schema.
 
 mod writer;
 
@@ -24,12 +25,14 @@ use std::sync::{Arc, Mutex};
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry};
 use idemgate_core::store::{
-    ClaimStore, HistoryQuery, SourceStats, Stats, StoreError, StoreStats, Sweep,
+    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
+    StoreStats, Sweep,
 };
 use idemgate_core::{
-    Clock, Fingerprint, HistoryOutcome, Key, Record, RecordState, SourceName, SystemClock,
-    Timestamp,
+    Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordState, SourceName,
+    SystemClock, Timestamp,
 };
+use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -43,7 +46,10 @@ pub use crate::writer::WriterStats;
 pub const DB_FILE: &str = "idemgate.db";
 
 /// Schema migrations, in order; `PRAGMA user_version` counts how many were applied.
-const MIGRATIONS: &[&str] = &[include_str!("../sql/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../sql/0001_init.sql"),
+    include_str!("../sql/0002_holders.sql"),
+];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
 const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint, processed \
@@ -86,6 +92,8 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
+    /// The store's identity, read from `meta` when it was opened.
+    store_id: String,
 }
 
 fn sql(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> StoreError {
@@ -115,6 +123,14 @@ impl SqliteStore {
         let path = dir.join(DB_FILE);
         let mut conn = open_connection(&path, false)?;
         migrate(&mut conn, &path)?;
+        let store_id: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })
+            .map_err(sql(format!(
+                "cannot read the store id of {}",
+                path.display()
+            )))?;
         let (commands, rx) = mpsc::channel();
         let counters = Arc::new(writer::Counters::default());
         let batch_max = opts.batch_max.max(1);
@@ -137,6 +153,7 @@ impl SqliteStore {
                 readers: Mutex::default(),
                 path,
                 clock: opts.clock,
+                store_id,
             }),
         })
     }
@@ -245,27 +262,78 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     tx.commit().map_err(sql("cannot commit the migration"))
 }
 
-/// Reads a record row as [`SELECT_RECORD`] returns it.
-fn record_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
-    let state: String = row.get(0)?;
-    let fingerprint: Option<Vec<u8>> = row.get(3)?;
+/// A value in the database that this build cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable {what}: {value}")]
+struct Unreadable {
+    what: &'static str,
+    value: String,
+}
+
+fn unreadable(col: usize, what: &'static str, value: impl Into<String>) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        col,
+        Type::Text,
+        Box::new(Unreadable {
+            what,
+            value: value.into(),
+        }),
+    )
+}
+
+/// Reads a fingerprint column: NULL or 32 bytes.
+fn fingerprint_at(row: &rusqlite::Row<'_>, col: usize) -> rusqlite::Result<Option<Fingerprint>> {
+    row.get::<_, Option<Vec<u8>>>(col)?
+        .map(|b| {
+            Fingerprint::from_slice(&b)
+                .ok_or_else(|| unreadable(col, "fingerprint", format!("{} bytes", b.len())))
+        })
+        .transpose()
+}
+
+/// Reads a record whose columns, as [`SELECT_RECORD`] returns them, start at `at`. A value this
+/// build does not know (a state, a holder) is an error, never a default.
+pub(crate) fn record_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Record> {
+    let state: String = row.get(at)?;
+    let holder = match (
+        row.get::<_, Option<String>>(at + 7)?,
+        row.get::<_, Option<i64>>(at + 8)?,
+    ) {
+        (None, None) => None,
+        (Some(instance), Some(boot)) => Some(Holder {
+            instance: InstanceName::new(instance)
+                .map_err(|e| unreadable(at + 7, "holder instance", e.to_string()))?,
+            // Kept bit for bit, like the nonce.
+            boot: boot as u64,
+        }),
+        (instance, boot) => {
+            return Err(unreadable(
+                at + 7,
+                "holder",
+                format!("instance {instance:?} with boot {boot:?}"),
+            ));
+        }
+    };
     Ok(Record {
-        state: RecordState::parse(&state).unwrap_or(RecordState::Processing),
-        attempt: row.get(1)?,
-        nonce: row.get::<_, i64>(2)? as u64,
-        fingerprint: fingerprint.as_deref().and_then(Fingerprint::from_slice),
-        first_seen: Timestamp::from_millis(row.get(4)?),
-        lease_until: row.get::<_, Option<i64>>(5)?.map(Timestamp::from_millis),
-        expires_at: Timestamp::from_millis(row.get(6)?),
+        state: RecordState::parse(&state)
+            .ok_or_else(|| unreadable(at, "record state", state.clone()))?,
+        attempt: row.get(at + 1)?,
+        nonce: row.get::<_, i64>(at + 2)? as u64,
+        fingerprint: fingerprint_at(row, at + 3)?,
+        first_seen: Timestamp::from_millis(row.get(at + 4)?),
+        lease_until: row
+            .get::<_, Option<i64>>(at + 5)?
+            .map(Timestamp::from_millis),
+        expires_at: Timestamp::from_millis(row.get(at + 6)?),
+        holder,
     })
 }
 
 fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>> {
     conn.prepare_cached(SELECT_RECORD)?
-        .query_row(
-            params![key.source.as_str(), key.event_id.as_str()],
-            record_from_row,
-        )
+        .query_row(params![key.source.as_str(), key.event_id.as_str()], |row| {
+            record_at(row, 0)
+        })
         .optional()
 }
 
@@ -284,6 +352,11 @@ impl ClaimStore for SqliteStore {
         self.send(|reply| Command::Release(token, reply)).await
     }
 
+    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
+        let token = token.clone();
+        self.send(|reply| Command::Renew(token, lease, reply)).await
+    }
+
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         let key = key.clone();
         self.read(move |conn, now| {
@@ -295,16 +368,16 @@ impl ClaimStore for SqliteStore {
             let history = stmt
                 .query_map(params![key.source.as_str(), key.event_id.as_str()], |row| {
                     let outcome: String = row.get(0)?;
-                    let fingerprint: Option<Vec<u8>> = row.get(4)?;
                     Ok(HistoryEntry {
-                        outcome: HistoryOutcome::parse(&outcome).unwrap_or(HistoryOutcome::Claimed),
+                        outcome: HistoryOutcome::parse(&outcome)
+                            .ok_or_else(|| unreadable(0, "history outcome", outcome.clone()))?,
                         processed: row.get(5)?,
                         attempt: row.get(1)?,
                         at: Timestamp::from_millis(row.get(2)?),
                         gap: row
                             .get::<_, Option<i64>>(3)?
                             .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
-                        fingerprint: fingerprint.as_deref().and_then(Fingerprint::from_slice),
+                        fingerprint: fingerprint_at(row, 4)?,
                     })
                 })
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
@@ -316,6 +389,19 @@ impl ClaimStore for SqliteStore {
             })
         })
         .await
+    }
+}
+
+impl Identity for SqliteStore {
+    fn store_id(&self) -> &str {
+        &self.inner.store_id
+    }
+}
+
+impl Instances for SqliteStore {
+    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+        let instance = instance.clone();
+        self.send(|reply| Command::Boot(instance, reply)).await
     }
 }
 

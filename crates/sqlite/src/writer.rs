@@ -13,22 +13,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record};
 use idemgate_core::machine::{self, FinishStep};
-use idemgate_core::store::StoreError;
-use idemgate_core::{Clock, Fingerprint, Key, Prior, Timestamp};
+use idemgate_core::store::{Boot, StoreError};
+use idemgate_core::{Clock, Fingerprint, Holder, InstanceName, Key, Prior, Timestamp};
 use rusqlite::{Connection, params};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::{read_record, sql};
+use crate::{read_record, record_at, sql};
 
 /// Counts of the writer's work, for metrics and for seeing group commit at work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Commands (claims, completes, releases, sweep batches) in those transactions.
+    /// Commands (claims, completes, releases, renewals, boots, sweep batches) in those
+    /// transactions.
     pub commands: u64,
     /// The most commands one transaction carried.
     pub largest_batch: u64,
@@ -65,6 +66,9 @@ pub(crate) enum Command {
     Claim(ClaimRequest, Reply<ClaimOutcome>),
     Complete(ClaimToken, Reply<()>),
     Release(ClaimToken, Reply<()>),
+    Renew(ClaimToken, Duration, Reply<Timestamp>),
+    /// Register a new boot of an instance and free its earlier boots' claims.
+    Boot(InstanceName, Reply<Boot>),
     Sweep(NonZeroU32, Reply<u64>),
     /// Delete history older than the retention, in one bounded batch.
     PurgeHistory(Duration, NonZeroU32, Reply<u64>),
@@ -75,6 +79,8 @@ enum Answer {
     Claim(Result<ClaimOutcome, StoreError>),
     Unit(Result<(), StoreError>),
     Count(Result<u64, StoreError>),
+    Time(Result<Timestamp, StoreError>),
+    Boot(Result<Boot, StoreError>),
 }
 
 impl Answer {
@@ -85,6 +91,8 @@ impl Answer {
             Self::Claim(r) => r.as_ref().err().is_some_and(backend),
             Self::Unit(r) => r.as_ref().err().is_some_and(backend),
             Self::Count(r) => r.as_ref().err().is_some_and(backend),
+            Self::Time(r) => r.as_ref().err().is_some_and(backend),
+            Self::Boot(r) => r.as_ref().err().is_some_and(backend),
         }
     }
 }
@@ -120,6 +128,14 @@ impl Command {
                     _ => None,
                 })))
             }
+            Command::Renew(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Time(r) => Some(r),
+                _ => None,
+            }))),
+            Command::Boot(_, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Boot(r) => Some(r),
+                _ => None,
+            }))),
             Command::Sweep(_, tx) | Command::PurgeHistory(_, _, tx) => {
                 drop(tx.send(pick(answer, |a| match a {
                     Answer::Count(r) => Some(r),
@@ -261,6 +277,8 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
         Command::Claim(req, _) => Answer::Claim(claim(conn, req, now)),
         Command::Complete(token, _) => Answer::Unit(finish(conn, token, now, machine::complete)),
         Command::Release(token, _) => Answer::Unit(finish(conn, token, now, machine::release)),
+        Command::Renew(token, lease, _) => Answer::Time(renew(conn, token, *lease, now)),
+        Command::Boot(instance, _) => Answer::Boot(boot(conn, instance, now)),
         Command::Sweep(batch, _) => Answer::Count(
             conn.prepare_cached(include_str!("../sql/sweep.sql"))
                 .and_then(|mut s| s.execute(params![now.as_millis(), batch.get()]))
@@ -358,6 +376,90 @@ fn finish(
     }
 }
 
+fn renew(
+    conn: &Connection,
+    token: &ClaimToken,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<Timestamp, StoreError> {
+    // `Ok(None)`: the token is stale.
+    let run = || -> rusqlite::Result<Option<Timestamp>> {
+        let stored = read_record(conn, &token.key)?;
+        let Some(step) = machine::renew(token, stored.as_ref(), now, lease) else {
+            return Ok(None);
+        };
+        if let Some(rec) = &step.write {
+            write_record(conn, &token.key, rec)?;
+        }
+        Ok(Some(step.until))
+    };
+    match run() {
+        Ok(Some(until)) => Ok(until),
+        Ok(None) => Err(StoreError::StaleToken {
+            key: token.key.clone(),
+            attempt: token.attempt,
+        }),
+        Err(e) => Err(StoreError::backend(
+            format!("cannot renew the claim of {}", token.key),
+            e,
+        )),
+    }
+}
+
+/// Registers a new boot of `instance` and ends the running leases its earlier boots hold, each
+/// with an `abandoned` history row, in the batch's transaction.
+fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Boot, StoreError> {
+    let run = || -> rusqlite::Result<Boot> {
+        let boot: i64 = conn
+            .prepare_cached(include_str!("../sql/boot_register.sql"))?
+            .query_row(params![instance.as_str(), now.as_millis()], |r| r.get(0))?;
+        let boot = boot as u64;
+        let held: Vec<(Key, Record)> = conn
+            .prepare_cached(include_str!("../sql/boot_held.sql"))?
+            .query_map(
+                params![instance.as_str(), boot as i64, now.as_millis()],
+                |row| {
+                    let (source, event_id): (String, String) = (row.get(0)?, row.get(1)?);
+                    let key = Key::parse(&source, &event_id).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            0,
+                            rusqlite::types::Type::Text,
+                            Box::new(e),
+                        )
+                    })?;
+                    Ok((key, record_at(row, 2)?))
+                },
+            )?
+            .collect::<Result<_, _>>()?;
+        let mut freed = 0;
+        for (key, rec) in held {
+            // The query chose by the same rule; the machine has the last word.
+            let Some(rec) = machine::abandon(instance, boot, Some(&rec), now) else {
+                continue;
+            };
+            write_record(conn, &key, &rec)?;
+            let row = Row {
+                outcome: HistoryOutcome::Abandoned,
+                processed: false,
+                attempt: Some(rec.attempt),
+                gap_ms: None,
+                fingerprint: rec.fingerprint.as_ref(),
+            };
+            append_history(conn, &key, now, &row)?;
+            freed += 1;
+        }
+        Ok(Boot {
+            holder: Holder {
+                instance: instance.clone(),
+                boot,
+            },
+            started_at: now,
+            freed,
+        })
+    };
+    run().map_err(|e| StoreError::backend(format!("cannot register a boot of {instance}"), e))
+}
+
 fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<()> {
     conn.prepare_cached(include_str!("../sql/record_upsert.sql"))?
         .execute(params![
@@ -370,6 +472,9 @@ fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<
             rec.first_seen.as_millis(),
             rec.lease_until.map(Timestamp::as_millis),
             rec.expires_at.as_millis(),
+            rec.holder.as_ref().map(|h| h.instance.as_str()),
+            // Bit for bit, like the nonce.
+            rec.holder.as_ref().map(|h| h.boot as i64),
         ])
         .map(drop)
 }

@@ -42,3 +42,4 @@ async fn harness() -> Option<Harness> {
 idemgate_core::conformance_tests!(harness());
 idemgate_core::sweep_conformance_tests!(harness());
 idemgate_core::history_conformance_tests!(harness());
+idemgate_core::instances_conformance_tests!(harness());

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key, StoreError};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key, StoreError,
+};
 use idemgate_sqlite::{DB_FILE, SqliteStore};
 
 fn req(id: &str) -> ClaimRequest {
@@ -139,4 +141,101 @@ async fn concurrent_claims_are_group_committed() {
         "{commits} commits for {commands} claims"
     );
     assert!(after.largest_batch > 1);
+}
+
+/// The store's id is created with the schema: the same after reopening, another for another
+/// directory, and another once the database was deleted and created again.
+#[tokio::test]
+async fn the_store_id_lives_in_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = SqliteStore::open(dir.path()).unwrap();
+    let id = first.store_id().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    assert_eq!(first.clone().store_id(), id);
+    drop(first);
+    assert_eq!(SqliteStore::open(dir.path()).unwrap().store_id(), id);
+
+    let other = tempfile::tempdir().unwrap();
+    assert_ne!(SqliteStore::open(other.path()).unwrap().store_id(), id);
+
+    for file in ["", "-wal", "-shm"] {
+        let path = dir.path().join(format!("{DB_FILE}{file}"));
+        if path.exists() {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    assert_ne!(SqliteStore::open(dir.path()).unwrap().store_id(), id);
+}
+
+/// A database of schema 1 (what the previous release wrote) is migrated in place: its records
+/// stay readable, gain no holder, and the store gets an id and boots.
+#[tokio::test]
+async fn a_schema_1_database_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE);
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../sql/0001_init.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO dedup VALUES ('src', 'evt_old', 'processing', 1, 42, NULL, 1000, \
+                 9000000000000, 9000000000000);
+             INSERT INTO history (source, event_id, outcome, processed, attempt, received_at) \
+                 VALUES ('src', 'evt_old', 'claimed', 0, 1, 1000);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(store.store_id().len(), 32);
+    let key = Key::parse("src", "evt_old").unwrap();
+    let view = store.lookup(&key).await.unwrap();
+    let rec = view.record.expect("the old record");
+    assert_eq!((rec.attempt, rec.nonce, rec.holder), (1, 42, None));
+    assert_eq!(view.history.len(), 1);
+    let boot = store
+        .register_boot(&InstanceName::new("gw-1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((boot.holder.boot, boot.freed), (1, 0));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 2);
+}
+
+/// A record state or history outcome this build does not know is an error naming it, never
+/// read as something else.
+#[tokio::test]
+async fn unknown_states_and_outcomes_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let key = Key::parse("src", "evt_1").unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store.claim(req("evt_1")).await.unwrap() else {
+        panic!("not claimed")
+    };
+    {
+        // Written behind the store's back; the CHECK constraint has to go first.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(
+            "PRAGMA ignore_check_constraints = ON;
+             UPDATE dedup SET state = 'paused';
+             INSERT INTO history (source, event_id, outcome, received_at)
+                 VALUES ('src', 'evt_2', 'teleported', 1);",
+        )
+        .unwrap();
+    }
+    let err = store.lookup(&key).await.unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("record state: paused"), "{chain}");
+    let err = store.complete(&token).await.unwrap_err();
+    assert!(matches!(err, StoreError::Backend { .. }), "{err}");
+    let err = store
+        .lookup(&Key::parse("src", "evt_2").unwrap())
+        .await
+        .unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(chain.contains("history outcome: teleported"), "{chain}");
 }

@@ -116,8 +116,24 @@ impl ClaimStore for TestStore {
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.store.release(token).await
     }
+    async fn renew(
+        &self,
+        token: &ClaimToken,
+        lease: Duration,
+    ) -> Result<idemgate_core::Timestamp, StoreError> {
+        self.store.renew(token, lease).await
+    }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.store.lookup(key).await
+    }
+}
+
+impl idemgate_core::Instances for TestStore {
+    async fn register_boot(
+        &self,
+        instance: &idemgate_core::InstanceName,
+    ) -> Result<idemgate_core::Boot, StoreError> {
+        self.store.register_boot(instance).await
     }
 }
 

@@ -1,7 +1,8 @@
 -- claim: the claim rules of idemgate_core::machine, in one atomic step on this server's clock.
 -- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = mode ("s" on success, "r" on receipt),
 -- ARGV[6] = fingerprint (hex or empty), ARGV[7] = lease (ms), ARGV[8] = ttl (ms), ARGV[9] = the
--- nonce a won claim gets (16 hex digits), ARGV[10] = late duplicates ("off", "flag", "reject").
+-- nonce a won claim gets (16 hex digits), ARGV[10] = late duplicates ("off", "flag", "reject"),
+-- ARGV[11] = the holder's instance (empty for none), ARGV[12] = its boot.
 -- Returns {answer, n, gap, expires_at, late_first_seen, stream_failed} (-1 where none;
 -- stream_failed is 1 when the source stream could not take the row, else 0):
 --   "claimed", "reclaimed", "late_claimed": n = the attempt;
@@ -37,6 +38,8 @@ if not rec then
   if on_receipt or (late and policy == 'reject') then
     new.state = 'd'
     new.lease_until = nil
+  else
+    hold(new, ARGV[11], ARGV[12])
   end
   local result
   if not late then
@@ -74,6 +77,7 @@ if rec.state == 'p' then
   if rec.fp == '' then
     rec.fp = fp
   end
+  hold(rec, ARGV[11], ARGV[12])
   write(n, now, 'reclaimed', false, rec.attempt, gap, fp, rec)
   return answer('reclaimed', rec.attempt, gap, rec.expires_at, nil)
 end

@@ -1,7 +1,9 @@
 -- Shared by every store-mode script (prepended to each by the Rust side).
 --
 -- One event is one hash under KEYS[1]:
---   r      the record: state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at
+--   r      the record: state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at, then
+--          |holder_instance|holder_boot while a holder holds it (records written before holders
+--          existed have 7 fields, and read as held by nobody)
 --   n      history rows written so far
 --   h<i>   history row i (from 1): outcome|processed|attempt|at|gap|fingerprint
 --   f      when the first row was written (the event's first receipt, as history knows it)
@@ -10,7 +12,8 @@
 --          the cap drops)
 -- state is "p" (processing) or "d" (done); nonce is 16 hex digits; fingerprint is 64 hex digits
 -- or empty; times are milliseconds since the Unix epoch by this server's clock; lease_until is
--- empty once done. processed is 1 when, as of the row, the event counts as processed (a
+-- empty once done; holder_instance is an instance name ([A-Za-z0-9._-]) and holder_boot its boot
+-- (decimal), present only on a processing record whose claim named a holder. processed is 1 when, as of the row, the event counts as processed (a
 -- completion, a claim in mark-on-receipt mode, a rejected late duplicate), else 0; attempt, gap
 -- and fingerprint may be empty.
 --
@@ -40,8 +43,12 @@ local function parse(value)
   if not value then
     return nil
   end
-  local state, attempt, nonce, fp, first_seen, lease_until, expires_at =
-    string.match(value, '^([pd])|(%d+)|(%x+)|(%x*)|(%d+)|(%d*)|(%d+)$')
+  local state, attempt, nonce, fp, first_seen, lease_until, expires_at, hi, hb =
+    string.match(value, '^([pd])|(%d+)|(%x+)|(%x*)|(%d+)|(%d*)|(%d+)|([%w%._%-]+)|(%d+)$')
+  if not state then
+    state, attempt, nonce, fp, first_seen, lease_until, expires_at =
+      string.match(value, '^([pd])|(%d+)|(%x+)|(%x*)|(%d+)|(%d*)|(%d+)$')
+  end
   if not state then
     return redis.error_reply('idemgate: unreadable record under ' .. KEYS[1])
   end
@@ -53,6 +60,8 @@ local function parse(value)
     first_seen = tonumber(first_seen),
     lease_until = tonumber(lease_until),
     expires_at = tonumber(expires_at),
+    hi = hi,
+    hb = hb,
   }
 end
 
@@ -88,8 +97,23 @@ local function encode(rec)
   if rec.lease_until then
     lease = ms(rec.lease_until)
   end
+  local holder = ''
+  if rec.hi then
+    holder = '|' .. rec.hi .. '|' .. rec.hb
+  end
   return rec.state .. '|' .. ms(rec.attempt) .. '|' .. rec.nonce .. '|' .. rec.fp .. '|' ..
-    ms(rec.first_seen) .. '|' .. lease .. '|' .. ms(rec.expires_at)
+    ms(rec.first_seen) .. '|' .. lease .. '|' .. ms(rec.expires_at) .. holder
+end
+
+-- Sets who holds rec: instance and boot, or nobody when instance is empty.
+local function hold(rec, instance, boot)
+  if instance and instance ~= '' then
+    rec.hi = instance
+    rec.hb = boot
+  else
+    rec.hi = nil
+    rec.hb = nil
+  end
 end
 
 -- Writes history row n + 1 (and `rec` as the record, when given) in one HSET, with the fields

@@ -1,7 +1,7 @@
 -- Tier mode: caches a done record's answer until (just before) the record expires.
--- KEYS[1] = cache entry.
--- ARGV[1] = the entry (d|first_seen|fingerprint|nonce), ARGV[2] = expire at (ms since the epoch),
--- ARGV[3] = the tombstone a release of this record would have left (x|nonce).
+-- KEYS[1] = cache entry (one per event and inner store id).
+-- ARGV[1] = the entry (d|first_seen|expires_at|fingerprint), ARGV[2] = expire at (ms since the
+-- epoch), ARGV[3] = the tombstone a release leaves (x).
 -- Returns 1 when cached, 0 when not (released meanwhile, or too close to expiry).
 if redis.call('GET', KEYS[1]) == ARGV[3] then
   return 0

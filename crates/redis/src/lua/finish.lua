@@ -19,6 +19,7 @@ elseif rec.state == 'd' then
 else
   rec.state = 'd'
   rec.lease_until = nil
+  hold(rec, nil, nil)
   write(n, now, 'completed', true, rec.attempt, nil, rec.fp, rec)
 end
 if stream_failed then

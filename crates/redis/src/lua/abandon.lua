@@ -1,0 +1,23 @@
+-- abandon: what a new boot of an instance does to one event whose claim an earlier boot of it may
+-- hold. KEYS and ARGV[1..4]: see common.lua. ARGV[5] = the instance, ARGV[6] = the new boot.
+-- A live processing record held by that instance under an earlier boot, with its lease still
+-- running by this server's clock, gets its lease ended now and an 'abandoned' history row; any
+-- other record is left alone.
+-- Returns {1 when freed else 0, attempt or -1, stream_failed (1 or 0)}.
+local now = server_now()
+local rec, n = load(now)
+if rec and rec.err then
+  return rec
+end
+if not rec or rec.state ~= 'p' or rec.hi ~= ARGV[5] or not rec.hb
+    or tonumber(rec.hb) >= tonumber(ARGV[6])
+    or not rec.lease_until or rec.lease_until <= now then
+  return {0, -1, 0}
+end
+rec.lease_until = now
+write(n, now, 'abandoned', false, rec.attempt, nil, rec.fp, rec)
+local failed = 0
+if stream_failed then
+  failed = 1
+end
+return {1, rec.attempt, failed}

@@ -1,0 +1,23 @@
+-- renew: a new lease for the processing record the token holds, never past its expiry.
+-- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = the token's attempt, ARGV[6] = its nonce (16
+-- hex digits), ARGV[7] = the lease (ms).
+-- Returns {1, lease_until} when renewed, {3, expires_at} when the record is already done under
+-- this token (nothing written), {0, -1} when the token is stale. Writes no history row.
+local now = server_now()
+local rec = load(now)
+if rec and rec.err then
+  return rec
+end
+if not rec or rec.attempt ~= tonumber(ARGV[5]) or rec.nonce ~= ARGV[6] then
+  return {0, -1}
+end
+if rec.state == 'd' then
+  return {3, rec.expires_at}
+end
+local until_ms = now + tonumber(ARGV[7])
+if until_ms > rec.expires_at then
+  until_ms = rec.expires_at
+end
+rec.lease_until = until_ms
+redis.call('HSET', KEYS[1], 'r', encode(rec))
+return {1, until_ms}
