@@ -114,7 +114,7 @@ impl Finisher {
 
     /// Starts the background retry of `what` for `token` without trying first (a request was
     /// dropped and its claim must be released).
-    pub(crate) fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, _lease: Duration) {
+    pub(crate) fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
         let abandon = self.abandon.clone();
         let completing = (what == Finish::Complete).then(|| {
             self.completing
@@ -167,6 +167,10 @@ impl Finisher {
                     }
                     Err(e) => {
                         tracing::debug!(error = %ErrorChain(&e), tries, "retry failed");
+                        // Keep the claim ours whenever the store answers at all.
+                        if what == Finish::Complete {
+                            let _ = store.renew(&token, lease).await;
+                        }
                     }
                 }
                 pause = (pause * 2).min(MAX_PAUSE);

@@ -14,6 +14,7 @@ use crate::config::{self, Config, Limits};
 use crate::state::AppState;
 use crate::store::{self, AnyStore};
 use crate::{admin, app};
+use idemgate_core::store::Instances;
 
 mod problem_io;
 
@@ -26,6 +27,8 @@ pub enum StartError {
     Store(#[from] store::OpenError),
     #[error("cannot serve on the listener")]
     Serve(#[source] std::io::Error),
+    #[error("cannot register this gateway's boot with the store")]
+    Boot(#[source] idemgate_core::StoreError),
 }
 
 /// Opens the store, serves `listener` until `shutdown` resolves, then drains: stops accepting,
@@ -52,9 +55,26 @@ pub async fn run(
 /// store cannot be opened.
 pub async fn open(config: &Config) -> Result<AppState, StartError> {
     // The verifiers first: a configuration error is found without touching the store.
-    AppState::new(config, AnyStore::memory())?;
+    AppState::new(config, AnyStore::memory(), None)?;
     let store = AnyStore::open(config).await?;
-    Ok(AppState::new(config, store)?)
+    // A new boot of this instance: the claims an earlier boot held (it crashed mid-delivery) are
+    // takeable at once, so their senders' retries are processed in seconds, not after a lease.
+    let instance = config.instance_name();
+    let boot = store
+        .register_boot(&instance)
+        .await
+        .map_err(StartError::Boot)?;
+    if boot.freed > 0 {
+        tracing::warn!(
+            instance = %instance,
+            boot = boot.holder.boot,
+            freed = boot.freed,
+            "freed the claims an earlier boot of this instance held; their retries are processed at once"
+        );
+    } else {
+        tracing::info!(instance = %instance, boot = boot.holder.boot, "registered this boot");
+    }
+    Ok(AppState::new(config, store, Some(boot.holder))?)
 }
 
 /// Serves `listener` with a state from [`open`] (or built over a store of the caller's), until

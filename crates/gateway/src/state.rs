@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimMode, ClaimOutcome, ClaimRequest, Key, LateDuplicates, SourceName};
+use idemgate_core::{
+    ClaimMode, ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName,
+};
 use idemgate_providers::Verifier;
 
 use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy};
@@ -61,6 +63,8 @@ pub struct Inner {
     pub(crate) client: forward::Client,
     /// Completions and releases the store did not take at once, retried until it does.
     pub(crate) finisher: Finisher,
+    /// This process's instance and boot, put on every claim.
+    holder: Option<Holder>,
     /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
     rows: Mutex<Option<(Instant, RowCounts)>>,
 }
@@ -77,7 +81,14 @@ impl AppState {
     ///
     /// # Errors
     /// A [`config::ConfigError`] naming the source whose verifier cannot be built.
-    pub fn new(config: &Config, store: AnyStore) -> Result<Self, config::ConfigError> {
+    ///
+    /// `holder` is this process's instance and boot (from [`crate::open`]), recorded with every
+    /// claim it takes; `None` records none (tests, tools).
+    pub fn new(
+        config: &Config,
+        store: AnyStore,
+        holder: Option<Holder>,
+    ) -> Result<Self, config::ConfigError> {
         let mut sources = HashMap::new();
         for (i, sc) in config.sources.iter().enumerate() {
             let source = build_source(i, sc)?;
@@ -98,6 +109,7 @@ impl AppState {
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             client: forward::client(),
             finisher: Finisher::default(),
+            holder,
             rows: Mutex::default(),
         })))
     }
@@ -155,6 +167,10 @@ impl AppState {
         source: &Source,
         req: ClaimRequest,
     ) -> Result<ClaimOutcome, AppError> {
+        let req = match &self.holder {
+            Some(holder) => req.holder(holder.clone()),
+            None => req,
+        };
         let started = Instant::now();
         let result = self.store.claim(req).await;
         self.metrics.claim_latency(started.elapsed());

@@ -473,7 +473,7 @@ fn config_errors_name_the_key() {
     )
     .unwrap();
     let store = idemgate_gateway::AnyStore::memory();
-    let err = idemgate_gateway::AppState::new(&config, store)
+    let err = idemgate_gateway::AppState::new(&config, store, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("\"sv\"") && err.contains("secrets"), "{err}");

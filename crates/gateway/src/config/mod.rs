@@ -10,7 +10,9 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use idemgate_core::policy::{ContractTerms, PolicyError, TtlOverride, TtlPolicy};
-use idemgate_core::{ClaimMode, Human, KeyError, LateDuplicates, SourceName, presets};
+use idemgate_core::{
+    ClaimMode, Human, InstanceName, KeyError, LateDuplicates, SourceName, presets,
+};
 use serde::Deserialize;
 
 mod report;
@@ -647,6 +649,44 @@ impl Config {
         }
     }
 
+    /// This gateway's instance name: `instance`, or by default `{host name}-{listen port}`
+    /// (`{host name}-p{process id}` when the port is chosen by the system, since such a port does
+    /// not survive a restart anyway).
+    pub fn instance_name(&self) -> InstanceName {
+        if let Some(name) = self
+            .instance
+            .as_deref()
+            .and_then(|n| InstanceName::new(n).ok())
+        {
+            return name;
+        }
+        let port = self
+            .listen
+            .rsplit_once(':')
+            .map(|(_, p)| p)
+            .filter(|p| *p != "0")
+            .map_or_else(|| format!("p{}", std::process::id()), str::to_owned);
+        let host: String = host_name()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(InstanceName::MAX_LEN - port.len() - 1)
+            .collect();
+        let host = if host.is_empty() {
+            "idemgate".to_owned()
+        } else {
+            host
+        };
+        InstanceName::new(format!("{host}-{port}")).unwrap_or_else(|_| {
+            InstanceName::new(format!("idemgate-{port}")).expect("a valid instance name")
+        })
+    }
+
     /// Checks what serde cannot: names, TTLs, store settings.
     ///
     /// # Errors
@@ -683,23 +723,12 @@ impl Config {
         }
         check_listen("listen", &self.listen)?;
         if let Some(name) = &self.instance
-            && let Err(why) = check_instance(name)
+            && let Err(e) = InstanceName::new(name.as_str())
         {
             return Err(ConfigError::Global {
                 key: "instance",
-                why,
+                why: e.to_string(),
             });
-        }
-        for (key, d) in [
-            ("limits.request_timeout", self.limits.request_timeout),
-            ("limits.header_timeout", self.limits.header_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(ConfigError::Global {
-                    key,
-                    why: "must be above zero".into(),
-                });
-            }
         }
         if self.limits.body_limit == 0 {
             return Err(ConfigError::Global {
@@ -729,19 +758,13 @@ fn is_placeholder(value: &str) -> bool {
     value.ends_with("...") || value.starts_with("change-me")
 }
 
-/// The instance-name rule: 1 to 64 characters of ASCII letters, digits, `.`, `_` and `-`.
-fn check_instance(name: &str) -> Result<(), String> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not an instance name: use 1 to 64 characters of ASCII letters, digits, '.', '_' and '-'"
-        ))
-    }
+/// The machine's host name (Linux: the kernel's; else `HOSTNAME`), or empty.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// Human durations (`90s`, `10m`, `3d`) in serde.
