@@ -412,8 +412,11 @@ pub struct SourcePolicy {
 impl SourceConfig {
     /// The default lease: long enough for a forward to time out and be released.
     pub fn lease(&self) -> Duration {
-        self.lease
-            .unwrap_or_else(|| (self.forward_timeout * 2).max(Duration::from_secs(60)))
+        self.lease.unwrap_or_else(|| {
+            self.forward_timeout
+                .saturating_mul(2)
+                .max(Duration::from_secs(60))
+        })
     }
 
     /// Validates the name and computes the TTL from the preset and this source's terms.

@@ -1,0 +1,26 @@
+//! Inputs the fuzz targets (`fuzz/`, targets `config` and `duration`) found, kept as tests.
+//! Configuration text must never panic the loader, whatever it holds.
+
+use std::time::Duration;
+
+use idemgate_gateway::Config;
+
+/// Found by `duration`: `forward_timeout = "18446744073709551615s"` on a source without a
+/// `lease`. The default lease is twice the forward timeout, and that doubling overflowed:
+/// "overflow when multiplying duration by scalar", a panic in `Config::from_toml`. It now
+/// saturates, so the source is refused with an error naming it.
+#[test]
+fn a_huge_forward_timeout_is_an_error_not_a_panic() {
+    for timeout in ["18446744073709551615s", "584542046090y"] {
+        let toml = format!(
+            "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nforward_timeout = \"{timeout}\"\n"
+        );
+        let err = Config::from_toml(&toml).unwrap_err().to_string();
+        assert!(err.contains("source \"s\""), "{timeout}: {err}");
+        assert!(err.contains("lease"), "{timeout}: {err}");
+    }
+    // Below the overflow, the doubling still applies.
+    let toml = "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nforward_timeout = \"45s\"\n";
+    let config = Config::from_toml(toml).unwrap();
+    assert_eq!(config.sources[0].lease(), Duration::from_secs(90));
+}
