@@ -91,9 +91,10 @@ fn generic_event_id_header_cannot_share_a_header() {
     assert!(build(scheme, "s").is_ok());
 }
 
-/// Found by `generic`: a prefix that starts with a space (`@prefix  x`). The sender's header
-/// `" x<hex>"` arrives as `"x<hex>"`, which lacks the prefix: 401 for every delivery. A prefix
-/// with a character no header value can carry could never arrive at all.
+/// Found while fixing the above, and a case of the same property: a prefix that starts with a
+/// space (`@prefix  x`). The sender's header `" x<hex>"` arrives as `"x<hex>"`, which lacks the
+/// prefix: 401 for every delivery. A prefix with a character no header value can carry could
+/// never arrive at all.
 #[test]
 fn generic_prefix_must_survive_http() {
     for prefix in [" sha256=", "\tv1=", "v1=\n", "sig\u{7f}"] {
