@@ -63,6 +63,14 @@ pub enum ConfigError {
     /// A `generic-hmac` `signed_payload` template that cannot be used.
     #[error("signed_payload template {template:?}: {why}")]
     Template { template: String, why: &'static str },
+    /// A `generic-hmac` setting that could never match a delivery (a header asked to carry two
+    /// things, a prefix HTTP would not deliver as written).
+    #[error("{scheme}: {field}: {why}")]
+    Setting {
+        scheme: &'static str,
+        field: &'static str,
+        why: &'static str,
+    },
     /// A zero timestamp tolerance would reject every delivery.
     #[error("the timestamp tolerance must be greater than zero")]
     ZeroTolerance,
@@ -143,6 +151,10 @@ pub enum SignError {
         #[source]
         source: http::header::InvalidHeaderValue,
     },
+    /// The value would not arrive as written: HTTP strips the spaces and tabs around a header
+    /// value, so a receiver would check other bytes than were signed.
+    #[error("the value for header {header} has spaces or tabs around it, which HTTP strips")]
+    Whitespace { header: HeaderName },
     /// The signing time is before 1970.
     #[error("the signing time is before the Unix epoch")]
     BeforeEpoch,

@@ -149,6 +149,38 @@ impl Compiled {
         } else {
             "{body}"
         };
+        let setting = |field, why| ConfigError::Setting {
+            scheme: SCHEME,
+            field,
+            why,
+        };
+        let event_id = IdSource::compile(&config.event_id, SCHEME)?;
+        // One header cannot carry two of the signature, the timestamp and the event id: the
+        // delivery could never verify, or its id would change on every retry.
+        if timestamp_header.as_ref() == Some(&header) {
+            return Err(setting("timestamp_header", "must differ from header"));
+        }
+        if let Some(id) = event_id.header() {
+            if *id == header {
+                return Err(setting("event_id", "must differ from header"));
+            }
+            if timestamp_header.as_ref() == Some(id) {
+                return Err(setting("event_id", "must differ from timestamp_header"));
+            }
+        }
+        let prefix = config.prefix.clone().unwrap_or_default();
+        if prefix.starts_with([' ', '\t']) {
+            return Err(setting(
+                "prefix",
+                "must not start with a space or tab (HTTP strips them from header values)",
+            ));
+        }
+        if http::HeaderValue::from_str(&prefix).is_err() {
+            return Err(setting(
+                "prefix",
+                "holds a character a header value cannot carry",
+            ));
+        }
         let template = compile_template(
             config.signed_payload.as_deref().unwrap_or(default),
             timestamp_header.is_some(),
@@ -156,11 +188,11 @@ impl Compiled {
         Ok(Self {
             header,
             encoding: config.encoding,
-            prefix: config.prefix.clone().unwrap_or_default(),
+            prefix,
             algorithm: config.algorithm,
             timestamp_header,
             template,
-            event_id: IdSource::compile(&config.event_id, SCHEME)?,
+            event_id,
         })
     }
 

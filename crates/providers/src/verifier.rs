@@ -63,7 +63,8 @@ impl Verifier {
     /// - [`ConfigError::Secret`] naming the index of a secret that is empty, ends with a line
     ///   break, or (Standard Webhooks, Svix) is not `whsec_` + base64;
     /// - [`ConfigError::Missing`], [`ConfigError::HeaderName`], [`ConfigError::JsonPointer`] or
-    ///   [`ConfigError::Template`] for a `generic-hmac` or `none` setting that cannot work;
+    ///   [`ConfigError::Template`] or [`ConfigError::Setting`] for a `generic-hmac` or `none`
+    ///   setting that cannot work;
     /// - [`ConfigError::ZeroTolerance`].
     pub fn new(
         scheme: Scheme,
@@ -215,6 +216,7 @@ impl Verifier {
     ///
     /// # Errors
     /// [`SignError::HeaderValue`] when `event_id` cannot be sent in a header,
+    /// [`SignError::Whitespace`] when it has spaces or tabs around it (HTTP would strip them),
     /// [`SignError::BeforeEpoch`] when `at` is before 1970.
     pub fn sign(
         &self,
@@ -304,6 +306,12 @@ impl Verifier {
 }
 
 fn put(headers: &mut HeaderMap, name: &HeaderName, value: String) -> Result<(), SignError> {
+    if value.trim_matches([' ', '\t']) != value {
+        // A Standard Webhooks id is signed as is, and would arrive trimmed.
+        return Err(SignError::Whitespace {
+            header: name.clone(),
+        });
+    }
     let value = HeaderValue::try_from(value).map_err(|source| SignError::HeaderValue {
         header: name.clone(),
         source,

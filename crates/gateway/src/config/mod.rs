@@ -467,7 +467,8 @@ impl SourceConfig {
     /// be released (twice `forward_timeout`, at least 60 s), but never longer than the TTL.
     pub fn lease(&self, ttl: Duration) -> Duration {
         self.lease.unwrap_or_else(|| {
-            (self.forward_timeout * 2)
+            self.forward_timeout
+                .saturating_mul(2)
                 .max(Duration::from_secs(60))
                 .min(ttl)
         })
@@ -729,6 +730,17 @@ impl Config {
                 key: "instance",
                 why: e.to_string(),
             });
+        }
+        for (key, d) in [
+            ("limits.request_timeout", self.limits.request_timeout),
+            ("limits.header_timeout", self.limits.header_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Global {
+                    key,
+                    why: "must be above zero".into(),
+                });
+            }
         }
         if self.limits.body_limit == 0 {
             return Err(ConfigError::Global {
