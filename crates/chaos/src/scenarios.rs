@@ -203,7 +203,24 @@ pub async fn postgres_restart(ctx: &Ctx) -> anyhow::Result<Verdict> {
     pg.start_again().await?;
     run.note("PostgreSQL back");
     run.settle(SECS(20)).await?;
-    run.finish().await
+    // Every completion the store missed during the outages was retried until it took it: once
+    // the load is over, no record may be left processing.
+    let processing = pg
+        .psql(&format!(
+            "SELECT count(*) FROM {}.dedup WHERE state = 'processing'",
+            schema(&run)
+        ))
+        .await?;
+    let mut verdict = run.finish().await?;
+    verdict.notes.push(format!(
+        "records left processing after the load: {processing}"
+    ));
+    if processing != "0" {
+        verdict.failures.push(format!(
+            "{processing} records were left processing once the load ended (a completion or release the store missed was not retried)"
+        ));
+    }
+    Ok(verdict)
 }
 
 /// SQLite behind a Redis tier on a private redis-server: FLUSHALL at 15% and 30%, maxmemory 1mb

@@ -30,11 +30,13 @@ pub struct SweepReport {
     pub rows: u64,
     pub batches: u64,
     pub elapsed: Duration,
-    /// True when the run stopped because `pause` said so, before a batch came back empty.
+    /// True when the run stopped because `pause` said so, before a batch came back short.
     pub cancelled: bool,
 }
 
-/// Runs batches until one deletes nothing.
+/// Runs batches until one deletes fewer rows than a full batch: what expired before the run is
+/// then gone, and rows that expire while it runs are left to the next run (under a steady stream
+/// of expiries, "until a batch deletes nothing" would never end).
 ///
 /// `pause` is awaited between batches and returns `false` to stop the run early (cancellation);
 /// `on_batch` hears each batch's row count.
@@ -59,7 +61,7 @@ where
         report.batches += 1;
         report.rows += rows;
         on_batch(rows);
-        if rows == 0 {
+        if rows < u64::from(opts.batch.get()) {
             break;
         }
         if !pause(opts.pause).await {
@@ -69,4 +71,51 @@ where
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A store whose batches delete the given counts, then one row each for ever (a steady
+    /// stream of expiries).
+    struct Scripted(Mutex<Vec<u64>>);
+
+    impl Sweep for Scripted {
+        async fn sweep_expired(&self, _batch: NonZeroU32) -> Result<u64, StoreError> {
+            let mut left = self.0.lock().unwrap();
+            Ok(if left.is_empty() { 1 } else { left.remove(0) })
+        }
+    }
+
+    fn run_on(counts: &[u64]) -> SweepReport {
+        let store = Scripted(Mutex::new(counts.to_vec()));
+        let opts = SweepOptions {
+            batch: NonZeroU32::new(5).unwrap(),
+            pause: Duration::ZERO,
+        };
+        let fut = run(&store, opts, |_| async { true }, |_| {});
+        // No I/O: a trivial executor is enough.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            if let std::task::Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+                return r.unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_ends_at_the_first_short_batch_even_while_rows_keep_expiring() {
+        let report = run_on(&[5, 5, 3]);
+        assert_eq!((report.batches, report.rows), (3, 13));
+        // Under a steady trickle, one short batch ends the run.
+        let report = run_on(&[]);
+        assert_eq!((report.batches, report.rows), (1, 1));
+        let report = run_on(&[0]);
+        assert_eq!((report.batches, report.rows), (1, 0));
+    }
 }
