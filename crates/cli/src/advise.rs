@@ -40,7 +40,7 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 pub(crate) async fn advise(args: AdviseArgs) -> anyhow::Result<()> {
     // The sources' contracts come from the config (or, without one, the demo config `serve`
     // runs); the history from the store.
-    let config = Config::load(args.store.config.as_deref(), crate::serve::DEMO)
+    let config = Config::load(args.store.config_file().as_deref(), crate::serve::DEMO)
         .map_err(|e| Usage(e.to_string()))?;
     if let Some(only) = &args.source
         && !config.sources.iter().any(|s| &s.name == only)

@@ -24,60 +24,116 @@ pub(crate) enum ExpiryArg {
 
 /// The store settings the flags describe, as a gateway config.
 fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
-    let mut config = match &args.config {
+    let file = args.config_file();
+    let mut config = match &file {
         Some(path) => Config::load(Some(path), "").map_err(|e| Usage(e.to_string()))?,
         None => Config::from_toml("").map_err(|e| Usage(e.to_string()))?,
     };
-    match (&args.postgres, &args.data_dir) {
-        // A config file's store, unless a flag names another.
-        (None, None) if args.config.is_some() => {}
-        (Some(url), _) => {
-            config.store.kind = StoreKind::Postgres;
-            config.store.url = Some(url.clone());
-            let pg = &mut config.store.postgres;
-            pg.schema = args.schema.clone();
-            pg.pool_size = 2;
+    if let Some(path) = args.config.as_ref().filter(|p| Config::names_store(p)) {
+        // A flag beside a --config that names its store must name the same one, or it is a
+        // mistake.
+        let disagree = |flag: String| {
+            Usage(format!(
+                "{flag} and --config {} name different stores ({} holds {}); pass one of them",
+                path.display(),
+                path.display(),
+                describe(&config)
+            ))
+        };
+        if let Some(url) = &args.postgres
+            && (config.store.kind != StoreKind::Postgres
+                || config.store.url.as_deref() != Some(url.as_str()))
+        {
+            return Err(disagree(format!("--postgres {url}")).into());
+        }
+        if let Some(dir) = &args.data_dir
+            && (config.store.kind != StoreKind::Sqlite || config.store.path != *dir)
+        {
+            return Err(disagree(format!("--data-dir {}", dir.display())).into());
+        }
+        if let Some(schema) = &args.schema
+            && (config.store.kind != StoreKind::Postgres || config.store.postgres.schema != *schema)
+        {
+            return Err(disagree(format!("--schema {schema}")).into());
+        }
+    } else if let Some(url) = &args.postgres {
+        // Only the flags name a store (a --config here is for its sources).
+        config.store.kind = StoreKind::Postgres;
+        config.store.url = Some(url.clone());
+        config.store.postgres.schema = args.schema.clone().unwrap_or_else(|| "idemgate".into());
+    } else if args.data_dir.is_some() || file.is_none() {
+        if args.schema.is_some() {
+            return Err(Usage(
+                "--schema needs --postgres (or --config with a PostgreSQL store)".into(),
+            )
+            .into());
+        }
+        config.store.kind = StoreKind::Sqlite;
+        config.store.path = args
+            .data_dir
+            .clone()
+            .or_else(|| std::env::var_os("IDEMGATE_DATA_DIR").map(Into::into))
+            .unwrap_or_else(|| "./idemgate-data".into());
+    }
+    if config.store.kind == StoreKind::Postgres {
+        let pg = &mut config.store.postgres;
+        pg.pool_size = 2;
+        // A config file says how its schema is created; the flags say it for --postgres.
+        if file.is_none() {
             pg.expiry = match args.expiry {
                 ExpiryArg::Batched => ExpiryMode::Batched,
                 ExpiryArg::Partitioned => ExpiryMode::Partitioned,
             };
             pg.partition_width = args.partition_width;
-            if let Some((batch, pause)) = sweep {
-                pg.sweep_batch = batch;
-                pg.sweep_pause = pause;
-            }
         }
-        (None, dir) => {
-            config.store.kind = StoreKind::Sqlite;
-            config.store.path = dir.clone().unwrap_or_else(|| "./idemgate-data".into());
+        if let Some((batch, pause)) = sweep {
+            pg.sweep_batch = batch;
+            pg.sweep_pause = pause;
         }
     }
     Ok(config)
 }
 
-/// Opens the store the flags name. An SQLite directory without a store is refused (a typo in
-/// --data-dir should not produce an empty store that answers "nothing here").
+/// Opens the store the flags name, as it is: nothing is created or migrated (a typo in
+/// --data-dir or --schema must not produce an empty store that answers "nothing here"). Only
+/// `migrate` and `serve` create or upgrade a schema.
 pub(crate) async fn open(
     args: &StoreArgs,
     sweep: Option<(u32, Duration)>,
 ) -> anyhow::Result<(AnyStore, String)> {
     let config = config(args, sweep)?;
     let name = describe(&config);
-    if config.store.kind == StoreKind::Sqlite {
-        let db = config.store.path.join(idemgate_sqlite::DB_FILE);
-        if !db.exists() {
-            return Err(Usage(format!(
-                "no idemgate store in {} (expected {}); pass --data-dir, --postgres or --config",
-                config.store.path.display(),
-                db.display()
-            ))
-            .into());
-        }
-    }
-    let store = AnyStore::open(&config)
+    let store = AnyStore::open_existing(&config)
         .await
-        .with_context(|| format!("cannot open {name}"))?;
+        .map_err(|e| missing_is_usage(e, &name))?;
     Ok((store, name))
+}
+
+/// A store that is not there (or needs `idemgate migrate`) is a usage error: exit 2, one line.
+fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow::Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = source {
+        if let Some(pg) = s.downcast_ref::<idemgate_postgres::PgError>()
+            && matches!(
+                pg,
+                idemgate_postgres::PgError::NoSchema { .. }
+                    | idemgate_postgres::PgError::OlderSchema { .. }
+            )
+        {
+            return Usage(pg.to_string()).into();
+        }
+        if let Some(store) = s.downcast_ref::<idemgate_core::StoreError>()
+            && matches!(
+                store,
+                idemgate_core::StoreError::NoStore { .. }
+                    | idemgate_core::StoreError::OlderSchema { .. }
+            )
+        {
+            return Usage(store.to_string()).into();
+        }
+        source = s.source();
+    }
+    anyhow::Error::new(e).context(format!("cannot open {name}"))
 }
 
 fn describe(config: &Config) -> String {

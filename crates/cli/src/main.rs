@@ -101,27 +101,42 @@ enum Command {
 
 /// Which store a command works on: the embedded SQLite store (default), PostgreSQL, or the store
 /// of a config file.
+///
+/// An explicit flag that names another store than `--config` does is an error; the environment
+/// (`IDEMGATE_CONFIG`, then `IDEMGATE_DATA_DIR`) only fills in when no flag names a store.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// The data directory of the embedded SQLite store [default: ./idemgate-data, or the
-    /// config's store].
-    #[arg(long, env = "IDEMGATE_DATA_DIR")]
+    /// The data directory of the embedded SQLite store [default: IDEMGATE_DATA_DIR, or
+    /// ./idemgate-data].
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Work on PostgreSQL at this URL instead (postgres://user@host:port/db).
     #[arg(long, conflicts_with = "data_dir")]
     pub postgres: Option<String>,
-    /// The PostgreSQL schema holding idemgate's tables.
-    #[arg(long, default_value = "idemgate")]
-    pub schema: String,
-    /// The PostgreSQL schema's expiry mode, as it was created.
+    /// The PostgreSQL schema holding idemgate's tables [default: idemgate, or the config's].
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// `migrate` only: the expiry mode a new PostgreSQL schema is created with (other commands
+    /// read it off the schema).
     #[arg(long, value_enum, default_value = "batched")]
     pub expiry: data::ExpiryArg,
-    /// The partition width of a partitioned PostgreSQL schema.
+    /// `migrate` only: the partition width of a new partitioned PostgreSQL schema.
     #[arg(long, default_value = "1d", value_parser = parse_duration)]
     pub partition_width: Duration,
-    /// Take the store from this config file (its [store] table) instead.
-    #[arg(long, env = "IDEMGATE_CONFIG")]
+    /// Take the store from this config file (its [store] table) [default: IDEMGATE_CONFIG].
+    #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The config file: `--config`, or `IDEMGATE_CONFIG` when no flag names a store.
+    pub(crate) fn config_file(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            (self.postgres.is_none() && self.data_dir.is_none())
+                .then(|| std::env::var_os("IDEMGATE_CONFIG").map(PathBuf::from))
+                .flatten()
+        })
+    }
 }
 
 /// Parses a human duration (`90s`, `10m`, `3d`, `1h 30m`).

@@ -252,7 +252,7 @@ async fn stats_sweep_and_lookup_on_a_real_store() {
     );
     let text = String::from_utf8_lossy(&swept.stdout);
     assert!(
-        text.contains("deleted 25 expired records in 4 batches"),
+        text.contains("deleted 25 expired records in 3 batches"),
         "{text}"
     );
     // Not a terminal: plain log lines instead of a progress bar.
@@ -333,9 +333,9 @@ fn store_commands_on_postgres() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied migrations [1]"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied migrations [1, 2]"));
     assert!(
-        String::from_utf8_lossy(&pg(&["migrate"]).stdout).contains("already at schema version 1")
+        String::from_utf8_lossy(&pg(&["migrate"]).stdout).contains("already at schema version 2")
     );
     let s = stdout_json(&pg(&["stats", "--json"]));
     assert_eq!(s["live"], 0);

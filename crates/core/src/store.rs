@@ -30,6 +30,16 @@ pub enum StoreError {
         "the store was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"
     )]
     NewerSchema { found: i64, known: i64 },
+    /// The schema is older than this build: `idemgate migrate` brings it up to date (a tool that
+    /// only reads does not migrate).
+    #[error(
+        "the store is at schema version {found}, this build needs {known}; run idemgate migrate"
+    )]
+    OlderSchema { found: i64, known: i64 },
+    /// There is no store where one was expected (a tool that only reads does not create one);
+    /// `what` names the place.
+    #[error("{what}")]
+    NoStore { what: String },
     /// The store is closed or shutting down.
     #[error("the store is closed")]
     Closed,

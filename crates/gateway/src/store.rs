@@ -106,7 +106,21 @@ impl AnyStore {
     /// # Errors
     /// [`OpenError`] naming the store.
     pub async fn open(config: &Config) -> Result<Self, OpenError> {
-        let engine = Engine::open(config).await?;
+        Self::open_as(config, false).await
+    }
+
+    /// Opens the store `config.store` describes only if it exists at the current schema,
+    /// creating and migrating nothing (for the tools that read or sweep; only `migrate` and
+    /// `serve` create or upgrade a schema).
+    ///
+    /// # Errors
+    /// [`OpenError`] naming the store; a missing or older schema says to run `idemgate migrate`.
+    pub async fn open_existing(config: &Config) -> Result<Self, OpenError> {
+        Self::open_as(config, true).await
+    }
+
+    async fn open_as(config: &Config, existing: bool) -> Result<Self, OpenError> {
+        let engine = Engine::open(config, existing).await?;
         match (&config.store.redis, config.store.kind) {
             #[cfg(feature = "redis")]
             (Some(redis), kind) if kind != Kind::Redis => {
@@ -208,20 +222,27 @@ impl AnyStore {
 }
 
 impl Engine {
-    async fn open(config: &Config) -> Result<Self, OpenError> {
+    async fn open(config: &Config, existing: bool) -> Result<Self, OpenError> {
         match config.store.kind {
             #[cfg(feature = "sqlite")]
-            Kind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.store.path)
-                .map(Self::Sqlite)
-                .map_err(|source| OpenError::Sqlite {
-                    path: config.store.path.display().to_string(),
-                    source,
-                }),
+            Kind::Sqlite => if existing {
+                idemgate_sqlite::SqliteStore::open_existing(&config.store.path, Default::default())
+            } else {
+                idemgate_sqlite::SqliteStore::open(&config.store.path)
+            }
+            .map(Self::Sqlite)
+            .map_err(|source| OpenError::Sqlite {
+                path: config.store.path.display().to_string(),
+                source,
+            }),
             #[cfg(feature = "postgres")]
-            Kind::Postgres => idemgate_postgres::PgStore::connect(pg_config(config))
-                .await
-                .map(Self::Postgres)
-                .map_err(OpenError::Postgres),
+            Kind::Postgres => if existing {
+                idemgate_postgres::PgStore::open_existing(pg_config(config)).await
+            } else {
+                idemgate_postgres::PgStore::connect(pg_config(config)).await
+            }
+            .map(Self::Postgres)
+            .map_err(OpenError::Postgres),
             #[cfg(feature = "redis")]
             Kind::Redis => {
                 let redis = config.store.redis.as_ref().ok_or(OpenError::Config {

@@ -27,6 +27,19 @@ pub enum PgError {
         found: i64,
         known: i64,
     },
+    /// There is no idemgate schema of that name (a read-only command does not create one).
+    #[error("no idemgate schema {schema:?} at {target}; run idemgate migrate")]
+    NoSchema { schema: String, target: String },
+    /// The schema is older than this build: it needs `idemgate migrate` first.
+    #[error(
+        "idemgate schema {schema:?} at {target} is at version {found}, this build needs {known}; run idemgate migrate"
+    )]
+    OlderSchema {
+        schema: String,
+        target: String,
+        found: i64,
+        known: i64,
+    },
     /// The schema was created for the other expiry mode (or another partition width).
     #[error(
         "schema {schema:?} keeps dedup records {stored}, but the configuration keeps them {configured}; use another schema or the mode it was created with"

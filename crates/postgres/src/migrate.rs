@@ -60,6 +60,81 @@ pub async fn migrate(cfg: &PgConfig) -> Result<MigrateReport, PgError> {
     migrate_on(&mut client, cfg).await
 }
 
+/// Checks, without changing anything, that `cfg.schema` exists at [`SCHEMA_VERSION`], and
+/// adopts the expiry mode it was created with (so that read-only tools need not be told it).
+///
+/// # Errors
+/// [`PgError::NoSchema`] when there is no idemgate schema of that name, [`PgError::OlderSchema`]
+/// when it needs `idemgate migrate`, [`PgError::NewerSchema`], [`PgError::Connect`],
+/// [`PgError::Db`].
+pub async fn check_existing(cfg: &mut PgConfig) -> Result<(), PgError> {
+    cfg.validate()?;
+    let client = connect_one(cfg).await?;
+    let schema = cfg.schema.clone();
+    let migrations = format!("{schema}.schema_migrations");
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&migrations])
+        .await
+        .map_err(PgError::db("looking for the schema"))?
+        .get(0);
+    if !exists {
+        return Err(PgError::NoSchema {
+            schema,
+            target: cfg.target(),
+        });
+    }
+    let found: i64 = client
+        .query_one(
+            "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(PgError::db("reading the schema version"))?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(PgError::NewerSchema {
+            schema,
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    if found < SCHEMA_VERSION {
+        return Err(PgError::OlderSchema {
+            schema,
+            target: cfg.target(),
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    let rows = client
+        .query(
+            "SELECT key, value FROM meta WHERE key IN ('dedup_mode', 'partition_width_s')",
+            &[],
+        )
+        .await
+        .map_err(PgError::db("reading the schema's expiry mode"))?;
+    let get = |k: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, &str>(0) == k)
+            .map(|r| r.get::<_, String>(1))
+            .unwrap_or_default()
+    };
+    if get("dedup_mode") == "partitioned" {
+        let secs: u64 = get("partition_width_s")
+            .parse()
+            .map_err(|_| PgError::Unexpected {
+                context: "reading the schema's expiry mode",
+                what: format!("partition width {:?}", get("partition_width_s")),
+            })?;
+        cfg.expiry = crate::Expiry::Partitioned {
+            width: std::time::Duration::from_secs(secs),
+        };
+    } else if matches!(cfg.expiry, crate::Expiry::Partitioned { .. }) {
+        cfg.expiry = crate::Expiry::batched();
+    }
+    Ok(())
+}
+
 /// One connection outside the pool, its driver task spawned.
 pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
     let pg = cfg.pg_config()?;

@@ -76,6 +76,22 @@ impl PgStore {
     /// partitions cannot be created.
     pub async fn connect(cfg: PgConfig) -> Result<Self, PgError> {
         migrate(&cfg).await?;
+        Self::open(cfg, true).await
+    }
+
+    /// Opens a schema that already exists at the current version, changing nothing on the way
+    /// (no schema, table or partition is created): for tools that only read, or sweep. The
+    /// expiry mode is the one the schema was created with, whatever `cfg` says.
+    ///
+    /// # Errors
+    /// [`PgError::NoSchema`] and [`PgError::OlderSchema`] (run `idemgate migrate`), and what
+    /// [`PgStore::connect`] refuses.
+    pub async fn open_existing(mut cfg: PgConfig) -> Result<Self, PgError> {
+        crate::migrate::check_existing(&mut cfg).await?;
+        Self::open(cfg, false).await
+    }
+
+    async fn open(cfg: PgConfig, partitions: bool) -> Result<Self, PgError> {
         let manager = Manager::from_config(
             cfg.pg_config()?,
             NoTls,
@@ -95,7 +111,9 @@ impl PgStore {
             cfg: Arc::new(cfg),
             max_ttl_ms: Arc::new(AtomicU64::new(0)),
         };
-        db.ensure_partitions(0).await?;
+        if partitions {
+            db.ensure_partitions(0).await?;
+        }
         const CONTEXT: &str = "reading the store id";
         let store_id: String = db
             .client()

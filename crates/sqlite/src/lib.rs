@@ -123,6 +123,43 @@ impl SqliteStore {
         let path = dir.join(DB_FILE);
         let mut conn = open_connection(&path, false)?;
         migrate(&mut conn, &path)?;
+        Self::start(conn, path, opts)
+    }
+
+    /// Opens a store that already exists in `dir` at the current schema, creating and migrating
+    /// nothing: for tools that only read, or sweep.
+    ///
+    /// # Errors
+    /// [`StoreError::NoStore`] when `dir` holds no store, [`StoreError::OlderSchema`] when it
+    /// needs `idemgate migrate`, and what [`SqliteStore::open`] refuses.
+    pub fn open_existing(dir: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self, StoreError> {
+        let dir = dir.as_ref();
+        let path = dir.join(DB_FILE);
+        if !path.is_file() {
+            return Err(StoreError::NoStore {
+                what: format!(
+                    "no idemgate store in {} (expected {}); run idemgate migrate --data-dir {}, or pass --data-dir, --postgres or --config",
+                    dir.display(),
+                    path.display(),
+                    dir.display()
+                ),
+            });
+        }
+        let conn = open_connection(&path, false)?;
+        let known = MIGRATIONS.len() as i64;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql("cannot read the schema version"))?;
+        if found > known {
+            return Err(StoreError::NewerSchema { found, known });
+        }
+        if found < known {
+            return Err(StoreError::OlderSchema { found, known });
+        }
+        Self::start(conn, path, opts)
+    }
+
+    fn start(conn: Connection, path: PathBuf, opts: SqliteOptions) -> Result<Self, StoreError> {
         let store_id: String = conn
             .query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
                 r.get(0)

@@ -593,6 +593,13 @@ impl Config {
         Self::from_figment(figment, file)
     }
 
+    /// Whether `file` (with the `IDEMGATE_STORE__*` environment) names a store itself, with a
+    /// `[store]` table: tools then refuse a flag that names another one.
+    pub fn names_store(file: &Path) -> bool {
+        let env_store = std::env::vars().any(|(k, _)| k.starts_with("IDEMGATE_STORE__"));
+        env_store || Figment::from(Toml::file_exact(file)).find_value("store").is_ok()
+    }
+
     /// Parses and validates a TOML text (tests, embedded defaults).
     ///
     /// # Errors
