@@ -65,7 +65,8 @@ impl HistogramPanel {
     }
 }
 
-/// Histograms of durations on one logarithmic time axis shared by all panels. The axis starts
+/// Histograms of durations on one logarithmic time axis shared by all panels (each panel a
+/// group with the id `{frame id}-panel-{n}`, `n` from 0). The axis starts
 /// at the round time (1ms, 10ms, 100ms, 1s, 10s, 1m, 10m, 1h, ...) at or below the shortest
 /// duration, never below [`TimeHistogram::floor`] (1ms by default; shorter durations, zero
 /// included, count in the first bin), and ends past the longest duration or mark. Bins are
@@ -204,7 +205,9 @@ impl TimeHistogram {
             .map(|(t, l)| (xs.at(t), l.to_owned()))
             .collect();
         let mut summary = Vec::new();
-        for ((panel, counts), ticks) in self.panels.iter().zip(&counts).zip(&ticks) {
+        for (n, ((panel, counts), ticks)) in self.panels.iter().zip(&counts).zip(&ticks).enumerate()
+        {
+            body.open(el("g").a("id", format!("{}-panel-{n}", self.frame.id())));
             y = plot::heading(
                 &mut body,
                 EDGE,
@@ -281,6 +284,7 @@ impl TimeHistogram {
                 &self.x_label,
             );
             y += 18.0;
+            body.close();
             summary.push(describe(panel, &self.y_label));
         }
         if self.panels.is_empty() {

@@ -53,6 +53,15 @@ pub use style::{Colour, Dash, Fill, Marker, Style};
 pub use svg::escape;
 pub use text::count;
 
+/// The size of body text (tick and mark labels, names beside lines), in user units.
+pub const TEXT_SIZE: f64 = text::TEXT;
+
+/// The estimated width of `text` at `font_size`: what the charts place labels by (generous
+/// for common sans-serif faces).
+pub fn text_width(text: &str, font_size: f64) -> f64 {
+    text::width(text, font_size)
+}
+
 use crate::svg::{Svg, el};
 
 /// A named run of values: a line, or a row of bars.
