@@ -290,6 +290,61 @@ mod tests {
     }
 
     #[test]
+    fn degenerate_input_still_gives_well_formed_charts() {
+        let nan = f64::NAN;
+        let inf = f64::INFINITY;
+        let frame = || Frame::new("d", "degenerate & <odd>");
+        let charts = [
+            LineChart::new(frame(), XAxis::Categories(vec!["only".into()]), "x")
+                .panel(LinePanel::new("y").series(Series::new("one", [5.0])))
+                .render(),
+            LineChart::new(frame(), XAxis::Numbers, "x")
+                .panel(
+                    LinePanel::new("y")
+                        .series(Series::xy("flat", [(3.0, 0.0), (3.0, 0.0)]))
+                        .series(Series::new("missing", [nan, inf]))
+                        .x_mark(Mark::new(inf, "nowhere"))
+                        .y_mark(Mark::new(nan, "never")),
+                )
+                .render(),
+            LineChart::new(frame(), XAxis::UtcTime, "t")
+                .panel(LinePanel::new("y"))
+                .render(),
+            LineChart::new(frame(), XAxis::Numbers, "x")
+                .panel(LinePanel::new("y").series(Series::xy("neg", [(0.0, -5.0), (1.0, -1.0)])))
+                .render(),
+            Bars::new(frame(), Vec::new(), "x", "y").render(),
+            Bars::new(frame(), vec!["a".into()], "x", "y")
+                .series(Series::new("s", [nan]))
+                .series(Series::new("t", [-3.0]))
+                .render(),
+            TimeHistogram::new(frame(), "x", "y").render(),
+            TimeHistogram::new(frame(), "x", "y")
+                .panel(HistogramPanel::new("empty"))
+                .panel(
+                    HistogramPanel::new("odd")
+                        .seconds([nan, -1.0, inf, 0.0])
+                        .mark(Mark::new(0.0, "zero"))
+                        .mark(Mark::new(nan, "nan")),
+                )
+                .render(),
+            Gauge::new(frame()).render(),
+            Gauge::new(frame())
+                .row("nan", nan, 10.0)
+                .row("no limit", 5.0, 0.0)
+                .row("inf limit", 5.0, inf)
+                .render(),
+        ];
+        for svg in charts {
+            if let Err(e) = xml::check(&svg) {
+                panic!("{e}: {svg}");
+            }
+            assert!(!svg.contains("NaN") && !svg.contains("inf\""), "{svg}");
+            assert!(svg.contains("degenerate &amp; &lt;odd&gt;"));
+        }
+    }
+
+    #[test]
     fn width_is_clamped() {
         assert_eq!(Frame::new("a", "t").width(10.0).w(), Frame::MIN_WIDTH);
         assert_eq!(Frame::new("a", "t").width(1e9).w(), Frame::MAX_WIDTH);
