@@ -290,7 +290,8 @@ impl LineChart {
                 "middle",
                 &self.x_label,
             );
-            y += 14.0;
+            // Room between panels.
+            y += 22.0;
             summary.push(describe(panel, &self.x, &self.x_label));
         }
         if self.panels.is_empty() {
