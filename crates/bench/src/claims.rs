@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 
 use crate::pg::admin;
@@ -151,36 +152,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let chart = args.out.join("claims.svg");
     std::fs::write(
         &chart,
-        crate::chart::lines(
-            "Durable claims per second, distinct keys",
+        LineChart::new(
+            Frame::new("claims", "Durable claims per second, distinct keys"),
+            XAxis::Categories(args.callers.iter().map(|c| c.to_string()).collect()),
             "concurrent callers",
-            "claims/s",
-            &args
-                .callers
+        )
+        .panel(
+            LinePanel::new("claims/s").all_series(
+                [
+                    "idemgate-sqlite",
+                    "idemgate-postgres batched",
+                    "idemgate-postgres partitioned",
+                    "plain statement",
+                ]
                 .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>(),
-            &[
-                "idemgate-sqlite",
-                "idemgate-postgres batched",
-                "idemgate-postgres partitioned",
-                "plain statement",
-            ]
-            .iter()
-            .map(|e| {
-                let ys = args
-                    .callers
-                    .iter()
-                    .map(|c| {
+                .map(|e| {
+                    // A measurement missing (a failed engine) breaks the line.
+                    let ys = args.callers.iter().map(|c| {
                         rows.iter()
                             .find(|m| m.engine == *e && m.callers == *c)
-                            .map_or(0.0, |m| m.per_sec)
-                    })
-                    .collect();
-                (e.to_string(), ys)
-            })
-            .collect::<Vec<_>>(),
-        ),
+                            .map_or(f64::NAN, |m| m.per_sec)
+                    });
+                    Series::new(*e, ys)
+                }),
+            ),
+        )
+        .render(),
     )?;
     println!("\nchart: {}", chart.display());
     Ok(())

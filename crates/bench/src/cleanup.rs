@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::ValueEnum;
+use idemgate_chart::{Frame, LineChart, LinePanel, Mark, Series, XAxis};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_postgres::{Expiry, PgStore};
 use tokio::task::JoinHandle;
 
-use crate::chart::{Panel, panels};
 use crate::pg::{Maintenance, admin, drop_schema, event_id, with_app_name};
 use crate::progress::Progress;
 use crate::report::{Latency, count, mib, ms, table, ticks};
@@ -263,32 +263,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let xs: Vec<String> = (0..longest)
         .map(|i| (i as i64 - args.idle as i64).to_string())
         .collect();
-    let series: Vec<(String, Vec<f64>)> = outcomes
-        .iter()
-        .map(|o| {
-            (
-                format!("{} ({:.1} s)", o.method.label(), o.cleanup.as_secs_f64()),
-                o.timeline.iter().map(|v| v * 100.0).collect(),
-            )
-        })
-        .collect();
+    let series = outcomes.iter().map(|o| {
+        Series::new(
+            format!("{} ({:.1} s)", o.method.label(), o.cleanup.as_secs_f64()),
+            o.timeline.iter().map(|v| v * 100.0),
+        )
+    });
     std::fs::write(
         &chart,
-        panels(
-            &format!(
-                "Claims per second while {} expired rows are cleared ({} callers)",
-                count(args.rows),
-                args.callers
+        LineChart::new(
+            Frame::new(
+                "cleanup",
+                &format!(
+                    "Claims per second while {} expired rows are cleared ({} callers)",
+                    count(args.rows),
+                    args.callers
+                ),
             ),
+            XAxis::Categories(xs),
             "seconds from the cleanup's start",
-            &xs,
-            &[Panel {
-                y_label: "claims/s, % of the idle mean",
-                series: &series,
-                x_mark: Some((usize::try_from(args.idle)?, "cleanup starts")),
-                y_mark: Some((BATCHED_LOWEST_TICK * 100.0, "80% (batched target)")),
-            }],
-        ),
+        )
+        .panel(
+            LinePanel::new("claims/s, % of the idle mean")
+                .all_series(series)
+                .x_mark(Mark::new(args.idle as f64, "cleanup starts"))
+                .y_mark(Mark::new(
+                    BATCHED_LOWEST_TICK * 100.0,
+                    "80% (batched target)",
+                )),
+        )
+        .render(),
     )?;
     println!("\nchart: {}", chart.display());
     Ok(())

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::ValueEnum;
+use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_postgres::{Expiry, PgStore};
 use tokio::task::JoinHandle;
 
-use crate::chart::{Panel, panels};
 use crate::pg::{Maintenance, admin, drop_schema, event_id, with_app_name};
 use crate::progress::Progress;
 use crate::report::{Histogram, count, mib, ms, table};
@@ -238,47 +238,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .max_by_key(|(_, s)| s.len())
         .map(|(_, s)| s.iter().map(|s| count(s.upto)).collect::<Vec<_>>())
         .unwrap_or_default();
-    let series = |f: fn(&Step) -> f64| -> Vec<(String, Vec<f64>)> {
+    let series = |f: fn(&Step) -> f64| -> Vec<Series> {
         results
             .iter()
-            .map(|(way, steps)| (way.short(&args), steps.iter().map(f).collect()))
+            .map(|(way, steps)| Series::new(way.short(&args), steps.iter().map(f)))
             .collect()
     };
-    let (rate, p99, size) = (
-        series(|s| s.per_sec),
-        series(|s| s.p99.as_secs_f64() * 1000.0),
-        series(|s| (s.sizes.table + s.sizes.indexes) as f64 / 1_048_576.0),
-    );
     std::fs::write(
         &chart,
-        panels(
-            &format!(
-                "Claims as arrivals grow: {} callers, idemgate-postgres batched",
-                args.callers
+        LineChart::new(
+            Frame::new(
+                "growth",
+                &format!(
+                    "Claims as arrivals grow: {} callers, idemgate-postgres batched",
+                    args.callers
+                ),
             ),
+            XAxis::Categories(longest),
             "arrivals",
-            &longest,
-            &[
-                Panel {
-                    y_label: "claims/s (per step)",
-                    series: &rate,
-                    x_mark: None,
-                    y_mark: None,
-                },
-                Panel {
-                    y_label: "p99 ms",
-                    series: &p99,
-                    x_mark: None,
-                    y_mark: None,
-                },
-                Panel {
-                    y_label: "dedup table + indexes, MiB",
-                    series: &size,
-                    x_mark: None,
-                    y_mark: None,
-                },
-            ],
-        ),
+        )
+        .panel(LinePanel::new("claims/s (per step)").all_series(series(|s| s.per_sec)))
+        .panel(LinePanel::new("p99 ms").all_series(series(|s| s.p99.as_secs_f64() * 1000.0)))
+        .panel(
+            LinePanel::new("dedup table + indexes, MiB").all_series(series(|s| {
+                (s.sizes.table + s.sizes.indexes) as f64 / 1_048_576.0
+            })),
+        )
+        .render(),
     )?;
     println!("\nchart: {}", chart.display());
     Ok(())

@@ -8,9 +8,9 @@
 //!
 //! - `claims`, `growth`, `cleanup`, `gateway`: one module per scenario, each with its `Args`.
 //! - `pg`: the PostgreSQL helpers the scenarios share; `progress`: bars or lines on stderr.
-//! - `report`: latency summaries, histograms, per-second ticks, markdown tables; `chart`: SVG.
+//! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
+//!   drawn by `idemgate-chart`.
 
-mod chart;
 mod claims;
 mod cleanup;
 mod gateway;

@@ -84,7 +84,7 @@ pub(crate) async fn advise(args: AdviseArgs) -> anyhow::Result<()> {
         .map(|o| o.source.as_str().to_owned())
         .collect();
     if let Some(path) = &args.plot {
-        std::fs::write(path, crate::plot::svg(&rows))
+        std::fs::write(path, crate::plot::svg(&rows, args.since))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     if args.json {
@@ -153,9 +153,7 @@ fn advice_json(a: &Advice) -> serde_json::Value {
 
 fn print_table(rows: &[(Advice, Vec<Duration>)], since: Duration) {
     let h = |d: Option<Duration>| d.map_or_else(|| "-".to_owned(), |d| Human(d).to_string());
-    outln!("over the last {}:", Human(since));
-    outln!(
-        "{:<20} {:>10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>11}  VERDICT",
+    const HEADER: [&str; 13] = [
         "SOURCE",
         "DELIVERED",
         "REPEATS",
@@ -167,24 +165,65 @@ fn print_table(rows: &[(Advice, Vec<Duration>)], since: Duration) {
         "LIVE",
         "PROJECTED",
         "TTL",
-        "RECOMMENDED"
-    );
-    for (a, _) in rows {
-        outln!(
-            "{:<20} {:>10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>11}  {}",
-            a.source,
-            a.deliveries,
-            a.duplicates,
-            h(a.p50),
-            h(a.p90),
-            h(a.p99),
-            h(a.max),
-            a.late_duplicates,
-            a.live_rows,
-            a.projected_rows,
-            Human(a.ttl).to_string(),
-            Human(a.recommended_ttl).to_string(),
-            a.verdict
-        );
+        "RECOMMENDED",
+        "VERDICT",
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(a, _)| {
+            vec![
+                a.source.to_string(),
+                a.deliveries.to_string(),
+                a.duplicates.to_string(),
+                h(a.p50),
+                h(a.p90),
+                h(a.p99),
+                h(a.max),
+                a.late_duplicates.to_string(),
+                a.live_rows.to_string(),
+                a.projected_rows.to_string(),
+                Human(a.ttl).to_string(),
+                Human(a.recommended_ttl).to_string(),
+                a.verdict.to_string(),
+            ]
+        })
+        .collect();
+    outln!("over the last {}:", Human(since));
+    // Names and verdicts read from the left; counts and durations line up on the right.
+    for line in columns(&HEADER, &cells, |col| col == 0 || col == HEADER.len() - 1) {
+        outln!("{line}");
     }
+}
+
+/// Lines of a table: each column as wide as its widest cell, two spaces between columns,
+/// cells of `left` columns aligned left, others right; no trailing spaces.
+fn columns(header: &[&str], rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> Vec<String> {
+    let width = |col: usize| {
+        rows.iter()
+            .map(|r| r[col].chars().count())
+            .chain([header[col].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(col, cell)| {
+                if left(col) {
+                    format!("{cell:<w$}", w = widths[col])
+                } else {
+                    format!("{cell:>w$}", w = widths[col])
+                }
+            })
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    std::iter::once(line(header.to_vec()))
+        .chain(
+            rows.iter()
+                .map(|r| line(r.iter().map(String::as_str).collect())),
+        )
+        .collect()
 }

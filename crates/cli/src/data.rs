@@ -226,9 +226,9 @@ pub(crate) async fn sweep(
         bar.finish_and_clear();
     }
     outln!(
-        "deleted {} expired records in {} batches in {:.1?}{}",
-        report.rows,
-        report.batches,
+        "deleted {} in {} in {:.1?}{}",
+        idemgate_chart::count(report.rows, "expired record", "expired records"),
+        idemgate_chart::count(report.batches, "batch", "batches"),
         report.elapsed,
         if report.cancelled {
             " (interrupted)"

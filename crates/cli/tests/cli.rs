@@ -257,6 +257,12 @@ async fn stats_sweep_and_lookup_on_a_real_store() {
     );
     // Not a terminal: plain log lines instead of a progress bar.
     assert!(String::from_utf8_lossy(&swept.stderr).contains("swept a batch"));
+    let again = idemgate(&["sweep", "--data-dir", d]);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("deleted 0 expired records in 1 batch in"),
+        "{text}"
+    );
 
     let s = stdout_json(&idemgate(&["stats", "--data-dir", d, "--json"]));
     assert_eq!(

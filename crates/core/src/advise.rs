@@ -178,7 +178,10 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
         Verdict::NoData
     } else if obs.late_duplicates > 0 {
         Verdict::TooShort {
-            why: format!("{} late duplicates", obs.late_duplicates),
+            why: match obs.late_duplicates {
+                1 => "1 late duplicate".to_owned(),
+                n => format!("{n} late duplicates"),
+            },
         }
     } else if p99.is_some_and(|p| p.as_secs_f64() > 0.8 * ttl.as_secs_f64()) {
         Verdict::TooShort {
@@ -273,11 +276,9 @@ mod tests {
     #[test]
     fn too_short_on_late_duplicates_or_a_high_p99() {
         let a = advise(&obs(vec![secs(H)], 2), &contract(), contract().ttl());
-        assert!(
-            matches!(a.verdict, Verdict::TooShort { .. }),
-            "{:?}",
-            a.verdict
-        );
+        assert_eq!(a.verdict.to_string(), "too short (2 late duplicates)");
+        let a = advise(&obs(vec![secs(H)], 1), &contract(), contract().ttl());
+        assert_eq!(a.verdict.to_string(), "too short (1 late duplicate)");
         let ttl = secs(10 * H);
         let a = advise(&obs(vec![secs(9 * H); 10], 0), &contract(), ttl);
         assert!(matches!(a.verdict, Verdict::TooShort { .. }));
