@@ -352,13 +352,99 @@ fn store_commands_on_postgres() {
     );
     let v = stdout_json(&pg(&["lookup", "stripe-live", "evt_1", "--json"]));
     assert!(v["record"].is_null() && v["history"].as_array().unwrap().is_empty());
-    // The wrong mode is refused with a message naming both.
-    let wrong = pg(&["stats", "--expiry", "partitioned"]);
+    // Read-only commands take the mode off the schema; migrate refuses the other one, naming
+    // both.
+    assert!(pg(&["stats", "--expiry", "partitioned"]).status.success());
+    let wrong = pg(&["migrate", "--expiry", "partitioned"]);
     assert_eq!(wrong.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&wrong.stderr).contains("batched mode"),
         "{wrong:?}"
     );
+    // Read-only commands never create a schema: a missing one is exit 2, and stays missing.
+    let nosuch = format!("{schema}_nosuch");
+    for command in ["stats", "lookup", "advise", "sweep"] {
+        let mut args = vec![command];
+        if command == "lookup" {
+            args.extend(["stripe-live", "evt_1"]);
+        }
+        args.extend(["--postgres", &url, "--schema", &nosuch]);
+        let out = idemgate(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no idemgate schema \"{nosuch}\""))
+                && stderr.contains("run idemgate migrate"),
+            "{command}: {stderr}"
+        );
+    }
+    let created: bool = rt
+        .block_on(client.query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&nosuch],
+        ))
+        .unwrap()
+        .get(0);
+    assert!(!created, "a read-only command created schema {nosuch}");
+    // Which store: an explicit flag beside a --config naming another store is an error; the
+    // environment never overrides a flag.
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite_dir = dir.path().join("data");
+    let sqlite = sqlite_dir.to_str().unwrap();
+    assert!(
+        idemgate(&["migrate", "--data-dir", sqlite])
+            .status
+            .success()
+    );
+    let pg_toml = dir.path().join("pg.toml");
+    std::fs::write(
+        &pg_toml,
+        format!(
+            "[store]\nkind = \"postgres\"\nurl = {url:?}\n[store.postgres]\nschema = {schema:?}\n"
+        ),
+    )
+    .unwrap();
+    let pg_toml = pg_toml.to_str().unwrap();
+    let with_env = |args: &[&str], env: (&str, &str)| {
+        Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(args)
+            .env_remove("IDEMGATE_DATA_DIR")
+            .env_remove("IDEMGATE_CONFIG")
+            .env(env.0, env.1)
+            .output()
+            .unwrap()
+    };
+    let out = with_env(
+        &["stats", "--config", pg_toml],
+        ("IDEMGATE_DATA_DIR", sqlite),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("PostgreSQL schema \"{schema}\"")),
+        "{text}"
+    );
+    let out = with_env(
+        &["stats", "--data-dir", sqlite],
+        ("IDEMGATE_CONFIG", pg_toml),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("the SQLite store in"), "{text}");
+    let out = idemgate(&["stats", "--data-dir", sqlite, "--config", pg_toml]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--data-dir") && stderr.contains("--config"),
+        "{stderr}"
+    );
+    let out = idemgate(&["stats", "--config", pg_toml, "--schema", "other"]);
+    assert_eq!(out.status.code(), Some(2));
+    // A data dir that does not exist is not created.
+    let missing = dir.path().join("typo");
+    let out = idemgate(&["stats", "--data-dir", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no idemgate store in"));
+    assert!(!missing.exists());
+
     rt.block_on(client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")))
         .unwrap();
     // Bad URLs and refused connections: one clear error each.

@@ -597,7 +597,10 @@ impl Config {
     /// `[store]` table: tools then refuse a flag that names another one.
     pub fn names_store(file: &Path) -> bool {
         let env_store = std::env::vars().any(|(k, _)| k.starts_with("IDEMGATE_STORE__"));
-        env_store || Figment::from(Toml::file_exact(file)).find_value("store").is_ok()
+        env_store
+            || Figment::from(Toml::file_exact(file))
+                .find_value("store")
+                .is_ok()
     }
 
     /// Parses and validates a TOML text (tests, embedded defaults).
