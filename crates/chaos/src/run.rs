@@ -242,17 +242,27 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Waits until every delivery ended (retried to a 2xx or to the deadline), then the grace
+    /// for what the gateways still finish after answering. Idempotent.
+    ///
+    /// # Errors
+    /// When the load task failed.
+    pub async fn wait_load(&mut self) -> anyhow::Result<()> {
+        if let Some(load) = self.load.take() {
+            load.await.context("the senders failed")?;
+            self.note("every delivery ended");
+            tokio::time::sleep(self.grace).await;
+        }
+        Ok(())
+    }
+
     /// Waits for the load, stops everything and judges. The verdict's notes hold the timeline,
     /// the answers and what the gateways logged.
     ///
     /// # Errors
     /// When the load task failed.
     pub async fn finish(&mut self) -> anyhow::Result<Verdict> {
-        if let Some(load) = self.load.take() {
-            load.await.context("the senders failed")?;
-        }
-        self.note("every delivery ended");
-        tokio::time::sleep(self.grace).await;
+        self.wait_load().await?;
         for g in &self.gateways {
             if g.is_running()
                 && let Some(m) = g.metrics().await

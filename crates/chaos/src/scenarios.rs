@@ -205,19 +205,23 @@ pub async fn postgres_restart(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.settle(SECS(20)).await?;
     // Every completion the store missed during the outages was retried until it took it: once
     // the load is over, no record may be left processing.
-    let processing = pg
+    run.wait_load().await?;
+    let left = pg
         .psql(&format!(
-            "SELECT count(*) FROM {}.dedup WHERE state = 'processing'",
+            "SELECT event_id || ' (attempt ' || attempt || ', first seen ' || round(extract(epoch FROM now() - first_seen)::numeric, 1) || ' s ago, lease ' || round(extract(epoch FROM lease_until - now())::numeric, 1) || ' s)' FROM {}.dedup WHERE state = 'processing' ORDER BY event_id",
             schema(&run)
         ))
         .await?;
+    let left: Vec<&str> = left.lines().filter(|l| !l.is_empty()).collect();
+    let processing = left.len().to_string();
     let mut verdict = run.finish().await?;
     verdict.notes.push(format!(
         "records left processing after the load: {processing}"
     ));
     if processing != "0" {
         verdict.failures.push(format!(
-            "{processing} records were left processing once the load ended (a completion or release the store missed was not retried)"
+            "{processing} records were left processing once the load ended (a completion or release the store missed was not retried): {}",
+            left.iter().take(10).copied().collect::<Vec<_>>().join(", ")
         ));
     }
     Ok(verdict)

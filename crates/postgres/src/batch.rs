@@ -128,7 +128,7 @@ fn answer(batch: Vec<Pending>, result: Result<Vec<ClaimOutcome>, PgError>) {
             let shared = Arc::new(e);
             for p in batch {
                 let _ = p.reply.send(Err(StoreError::Backend {
-                    context: format!("postgres store: {shared}"),
+                    context: "the PostgreSQL store".to_owned(),
                     source: Box::new(shared.clone()),
                 }));
             }

@@ -123,7 +123,7 @@ impl From<PgError> for StoreError {
             PgError::NewerSchema { found, known, .. } => StoreError::NewerSchema { found, known },
             PgError::Closed => StoreError::Closed,
             PgError::Sweep { source } => source,
-            other => StoreError::backend(format!("postgres store: {other}"), other),
+            other => StoreError::backend("the PostgreSQL store", other),
         }
     }
 }
