@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use anyhow::Context;
-use idemgate_core::store::{ClaimStore, Stats};
+use idemgate_core::store::{ClaimStore, HistoryQuery, Stats};
 use idemgate_core::sweep::SweepOptions;
 use idemgate_core::{EventId, Human, Key, SourceName, StoreStats, Timestamp};
 use idemgate_gateway::config::{ExpiryMode, StoreKind};
@@ -309,11 +309,23 @@ pub(crate) async fn lookup(
     event_id: EventId,
     json: bool,
 ) -> anyhow::Result<()> {
-    let (store, _) = open(args, None).await?;
-    let view = store.lookup(&Key::new(source, event_id)).await?;
+    let (store, name) = open(args, None).await?;
+    let view = store.lookup(&Key::new(source.clone(), event_id)).await?;
+    // An event nobody ever saw: is the source itself unknown here (a typo, another store)?
+    let known =
+        view.record.is_some() || !view.history.is_empty() || store.has_source(&source).await?;
     if json {
-        outln!("{}", idemgate_gateway::api::view_json(&view));
+        let mut doc = idemgate_gateway::api::view_json(&view);
+        doc["source_known"] = json!(known);
+        outln!("{doc}");
         return Ok(());
+    }
+    if !known {
+        return Err(Usage(format!(
+            "no source {:?} in {name}: nothing was ever received for it (check the name, or pass the store's --data-dir, --postgres or --config)",
+            source.as_str()
+        ))
+        .into());
     }
     outln!("event {}", view.key);
     match &view.record {

@@ -300,6 +300,29 @@ async fn stats_sweep_and_lookup_on_a_real_store() {
     assert_eq!(v["history"][0]["outcome"], "claimed");
     let text = idemgate(&["lookup", "stripe-live", "never-seen", "--data-dir", d]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("never received"));
+    // A source this store never heard of is not "an event never received".
+    usage_error(
+        &idemgate(&["lookup", "strpe-live", "never-seen", "--data-dir", d]),
+        "no source \"strpe-live\" in the SQLite store",
+    );
+    let v = stdout_json(&idemgate(&[
+        "lookup",
+        "strpe-live",
+        "x",
+        "--data-dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(v["source_known"], false);
+    let v = stdout_json(&idemgate(&[
+        "lookup",
+        "stripe-live",
+        "x",
+        "--data-dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(v["source_known"], true);
 }
 
 /// `migrate`, `stats`, `sweep` and `lookup` on PostgreSQL, in a schema of this test's own.

@@ -240,6 +240,12 @@ impl Sweep for MemoryStore {
 }
 
 impl HistoryQuery for MemoryStore {
+    async fn has_source(&self, source: &crate::SourceName) -> Result<bool, StoreError> {
+        let st = self.state();
+        Ok(st.history.keys().any(|k| k.source == *source)
+            || st.records.keys().any(|k| k.source == *source))
+    }
+
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         let since = self.clock.now().minus(period);
         let st = self.state();

@@ -190,6 +190,16 @@ pub trait HistoryQuery: Send + Sync {
         period: Duration,
     ) -> impl Future<Output = Result<Vec<crate::advise::Observation>, StoreError>> + Send;
 
+    /// Whether this store knows `source` at all: any record or history row of it. Tells "no such
+    /// source in this store" from "this event was never received".
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn has_source(
+        &self,
+        source: &crate::key::SourceName,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Deletes at most `batch` history rows older than `retention` (by the store's clock) and
     /// returns how many. Dedup records are never touched. Stores that drop whole partitions
     /// instead return 0.

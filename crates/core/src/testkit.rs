@@ -199,6 +199,14 @@ macro_rules! history_conformance_tests {
                 .await;
             }
         }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_source_is_known_once_it_has_a_record_or_history() {
+            if let Some(harness) = $make.await {
+                $crate::testkit::cases::a_source_is_known_once_it_has_a_record_or_history(&harness)
+                    .await;
+            }
+        }
     };
 }
 
@@ -1321,6 +1329,35 @@ pub mod cases {
         assert_eq!(outcomes(&store, &expired).await, [HistoryOutcome::Claimed]);
         assert_eq!(claimed(&store, req(&lapsed)).await.attempt, 2);
         assert_eq!(claimed(&store, req(&expired)).await.attempt, 1);
+    }
+
+    pub async fn a_source_is_known_once_it_has_a_record_or_history<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: HistoryQuery,
+    {
+        let store = h.store();
+        let name = format!("known-{:016x}", crate::machine::nonce());
+        let source = crate::SourceName::new(name.clone()).expect("valid name");
+        assert!(
+            !store.has_source(&source).await.unwrap(),
+            "{name} before any claim"
+        );
+        let k = Key::parse(&name, "evt_1").expect("valid key");
+        let token = claimed(&store, req(&k)).await;
+        assert!(
+            store.has_source(&source).await.unwrap(),
+            "{name} after a claim"
+        );
+        // Released: no record, but history knows the source.
+        store.release(&token).await.unwrap();
+        assert!(
+            store.has_source(&source).await.unwrap(),
+            "{name} after a release"
+        );
+        let other = crate::SourceName::new(format!("other-{:016x}", crate::machine::nonce()))
+            .expect("valid name");
+        assert!(!store.has_source(&other).await.unwrap());
     }
 
     pub async fn observe_counts_deliveries_gaps_and_late_duplicates<H>(h: &H)

@@ -355,6 +355,9 @@ impl Sweep for Engine {
 }
 
 impl HistoryQuery for Engine {
+    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
+        each!(self, s => s.has_source(source).await)
+    }
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         each!(self, s => s.observe(period).await)
     }
@@ -410,6 +413,9 @@ impl Sweep for AnyStore {
 }
 
 impl HistoryQuery for AnyStore {
+    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
+        either!(self, s => s.has_source(source).await)
+    }
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         either!(self, s => s.observe(period).await)
     }

@@ -453,6 +453,21 @@ impl Sweep for PgStore {
 }
 
 impl HistoryQuery for PgStore {
+    async fn has_source(&self, source: &SourceName) -> Result<bool, StoreError> {
+        const CONTEXT: &str = "looking for a source";
+        let client = self.inner.db.client().await?;
+        // Both probes are index prefix scans: history_key and the dedup primary key.
+        let row = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM history WHERE source = $1) \
+                     OR EXISTS (SELECT 1 FROM dedup WHERE source = $1)",
+                &[&source.as_str()],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        Ok(row.get(0))
+    }
+
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         const CONTEXT: &str = "reading history";
         let client = self.inner.db.client().await?;

@@ -876,6 +876,18 @@ impl Stats for RedisStore {
 }
 
 impl HistoryQuery for RedisStore {
+    /// Whether the source's history stream exists (it keeps the source's deliveries for
+    /// `store.history_retention`).
+    async fn has_source(&self, source: &SourceName) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(self.shared.keys.stream(source))
+            .query_async(&mut conn)
+            .await
+            .map_err(RedisError::command("EXISTS"))?;
+        Ok(n > 0)
+    }
+
     /// From the sources' history streams: best-effort, and no further back than their cap.
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         Ok(self.observe_streams(period).await?)

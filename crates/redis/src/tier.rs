@@ -424,6 +424,10 @@ impl<S: ClaimStore + Sweep> Sweep for TieredStore<S> {
 }
 
 impl<S: ClaimStore + HistoryQuery> HistoryQuery for TieredStore<S> {
+    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
+        self.inner.has_source(source).await
+    }
+
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         self.inner.observe(period).await
     }

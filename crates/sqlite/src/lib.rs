@@ -449,6 +449,20 @@ impl Sweep for SqliteStore {
 }
 
 impl HistoryQuery for SqliteStore {
+    async fn has_source(&self, source: &SourceName) -> Result<bool, StoreError> {
+        let source = source.as_str().to_owned();
+        self.read(move |conn, _| {
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM history WHERE source = ?1) \
+                     OR EXISTS (SELECT 1 FROM dedup WHERE source = ?1)",
+                params![source],
+                |r| r.get(0),
+            )
+            .map_err(sql("cannot look for a source"))
+        })
+        .await
+    }
+
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         self.read(move |conn, now| {
             let failed = || sql("cannot read history");

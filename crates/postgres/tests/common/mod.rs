@@ -144,6 +144,9 @@ impl Sweep for TestStore {
 }
 
 impl idemgate_core::HistoryQuery for TestStore {
+    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
+        self.store.has_source(source).await
+    }
     async fn observe(
         &self,
         period: std::time::Duration,
