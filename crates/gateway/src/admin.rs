@@ -12,22 +12,63 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
-use crate::error::{AppError, ErrorChain, OUTCOME};
+use crate::error::{ErrorChain, OUTCOME};
 
-/// Healthy only if the store answers a real query.
-pub(crate) async fn healthz(State(state): State<AppState>) -> Result<Response, AppError> {
+/// Each component, really touched: the store of record (a lookup), and the Redis tier (a
+/// `PING`) when there is one. The store failing is 503; the tier failing is `degraded`, still
+/// 200: the gateway serves from the store alone, only slower.
+pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let started = Instant::now();
-    state.store.ping().await?;
+    let store = state.store.ping().await;
+    let store_ms = millis(started.elapsed());
+    let mut components = vec![json!({
+        "name": "store",
+        "engine": state.store.engine(),
+        "status": if store.is_ok() { "ok" } else { "down" },
+        "ms": store_ms,
+        "error": store.as_ref().err().map(|e| ErrorChain(e).to_string()),
+    })];
+    let started = Instant::now();
+    let tier = state.store.ping_tier().await;
+    if let Some(tier) = &tier {
+        components.push(json!({
+            "name": "redis-tier",
+            "status": if tier.is_ok() { "ok" } else { "down" },
+            "ms": millis(started.elapsed()),
+            "error": tier.as_ref().err(),
+        }));
+    }
+    if let Err(e) = &store {
+        tracing::error!(error = %ErrorChain(e), "health check: the store does not answer");
+        let mut response = crate::error::problem_with(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "the store does not answer",
+            |body| body["components"] = json!(components),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    let degraded = tier.as_ref().is_some_and(|t| t.is_err());
     let mut response = Json(json!({
-        "status": "ok",
+        "status": if degraded { "degraded" } else { "ok" },
         "store": state.store.engine(),
-        "store_ms": started.elapsed().as_secs_f64() * 1000.0,
+        "store_ms": store_ms,
+        "components": components,
     }))
     .into_response();
+    response.headers_mut().insert(
+        OUTCOME,
+        HeaderValue::from_static(if degraded { "degraded" } else { "healthy" }),
+    );
     response
-        .headers_mut()
-        .insert(OUTCOME, HeaderValue::from_static("healthy"));
-    Ok(response)
+}
+
+/// Milliseconds, to the microsecond.
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {

@@ -128,12 +128,23 @@ impl IntoResponse for AppError {
 
 /// A problem+json answer of `status` with the stable `kind` as its type and outcome.
 pub(crate) fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response {
-    let body = json!({
+    problem_with(status, kind, detail, |_| {})
+}
+
+/// As [`problem`], with members of its own added to the body by `extend`.
+pub(crate) fn problem_with(
+    status: StatusCode,
+    kind: &'static str,
+    detail: &str,
+    extend: impl FnOnce(&mut serde_json::Value),
+) -> Response {
+    let mut body = json!({
         "type": format!("urn:idemgate:problem:{kind}"),
         "title": status.canonical_reason().unwrap_or("error"),
         "status": status.as_u16(),
         "detail": detail,
     });
+    extend(&mut body);
     let mut response = (status, body.to_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(

@@ -57,6 +57,11 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     // The verifiers first: a configuration error is found without touching the store.
     AppState::new(config, AnyStore::memory(), None)?;
     let store = AnyStore::open(config).await?;
+    // The tier is reached now, so a Redis that is down is said at start; the gateway still
+    // serves, from the store alone, until it is back.
+    if let Some(Err(e)) = store.ping_tier().await {
+        tracing::warn!(error = %e, "the Redis tier does not answer; serving from the store alone until it does");
+    }
     // A new boot of this instance: the claims an earlier boot held (it crashed mid-delivery) are
     // takeable at once, so their senders' retries are processed in seconds, not after a lease.
     let instance = config.instance_name();

@@ -168,6 +168,19 @@ impl AnyStore {
         }
     }
 
+    /// A real round trip to the Redis tier, when there is one (`None` without a tier).
+    pub async fn ping_tier(&self) -> Option<Result<(), String>> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => Some(
+                t.ping_tier()
+                    .await
+                    .map_err(|e| crate::error::ErrorChain(&e).to_string()),
+            ),
+            Self::Plain(_) => None,
+        }
+    }
+
     /// A real round trip to the store of record: a lookup of a key no sender can use.
     ///
     /// # Errors

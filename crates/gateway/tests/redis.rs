@@ -180,3 +180,46 @@ fn redis_config_errors_name_the_key() {
         assert!(err.contains(key), "{err:?} should name {key:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_reports_the_tier_apart_and_a_tier_down_is_degraded() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let down = Downstream::start(Behaviour::Ok).await;
+    let gw = Gateway::start(&format!(
+        "{}[store.redis]\nurl = \"{}\"\n",
+        source(&down),
+        server.url
+    ))
+    .await;
+    let r = gw.get("/healthz").await.unwrap();
+    let v = r.json();
+    assert_eq!((r.status, r.outcome()), (200, "healthy"), "{v}");
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["components"][0]["name"], "store");
+    assert_eq!(v["components"][0]["engine"], "sqlite+redis");
+    assert_eq!(v["components"][1]["name"], "redis-tier");
+    assert_eq!(v["components"][1]["status"], "ok");
+    // store_ms is to the microsecond.
+    let ms = v["store_ms"].as_f64().unwrap();
+    assert_eq!((ms * 1000.0).round() / 1000.0, ms);
+
+    // Redis goes away: still 200 (the store serves), but degraded, with the tier's reason.
+    drop(server);
+    let r = gw.get("/healthz").await.unwrap();
+    let v = r.json();
+    assert_eq!((r.status, r.outcome()), (200, "degraded"), "{v}");
+    assert_eq!(v["status"], "degraded");
+    assert_eq!(v["components"][0]["status"], "ok");
+    assert_eq!(v["components"][1]["status"], "down");
+    assert!(
+        v["components"][1]["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{v}"
+    );
+    // Deliveries still go through.
+    assert_eq!(deliver(&gw, "evt_degraded").await, "forwarded");
+    gw.stop().await;
+}

@@ -213,6 +213,20 @@ impl<S: ClaimStore> TieredStore<S> {
         &self.shared.cfg
     }
 
+    /// A real round trip to Redis (`PING`), for health checks: the tier answers nothing while it
+    /// fails, so this is the only way to hear that it is down.
+    ///
+    /// # Errors
+    /// [`RedisError::Command`] when Redis does not answer.
+    pub async fn ping_tier(&self) -> Result<(), RedisError> {
+        let mut conn = self.shared.conn.clone();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(RedisError::command("PING"))?;
+        Ok(())
+    }
+
     /// Hits, misses, errors and bypasses so far.
     pub fn counters(&self) -> TierCounters {
         let c = &self.shared.counters;
