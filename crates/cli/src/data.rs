@@ -111,7 +111,15 @@ pub(crate) async fn open(
 
 /// A store that is not there (or needs `idemgate migrate`) is a usage error: exit 2, one line.
 fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow::Error {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    match missing(&e) {
+        Some(why) => Usage(why).into(),
+        None => anyhow::Error::new(e).context(format!("cannot open {name}")),
+    }
+}
+
+/// What is missing, when `e` says the store or its schema is not there or too old.
+pub(crate) fn missing(e: &idemgate_gateway::store::OpenError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if let Some(pg) = s.downcast_ref::<idemgate_postgres::PgError>()
             && matches!(
@@ -120,7 +128,7 @@ fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow
                     | idemgate_postgres::PgError::OlderSchema { .. }
             )
         {
-            return Usage(pg.to_string()).into();
+            return Some(pg.to_string());
         }
         if let Some(store) = s.downcast_ref::<idemgate_core::StoreError>()
             && matches!(
@@ -129,14 +137,14 @@ fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow
                     | idemgate_core::StoreError::OlderSchema { .. }
             )
         {
-            return Usage(store.to_string()).into();
+            return Some(store.to_string());
         }
         source = s.source();
     }
-    anyhow::Error::new(e).context(format!("cannot open {name}"))
+    None
 }
 
-fn describe(config: &Config) -> String {
+pub(crate) fn describe(config: &Config) -> String {
     match config.store.kind {
         StoreKind::Sqlite => format!("the SQLite store in {}", config.store.path.display()),
         StoreKind::Postgres => format!("PostgreSQL schema {:?}", config.store.postgres.schema),

@@ -10,6 +10,7 @@ macro_rules! outln {
 }
 
 mod advise;
+mod check;
 mod data;
 mod plot;
 mod send;
@@ -36,6 +37,9 @@ enum Command {
     /// Run the gateway. Without --config: the embedded SQLite store in ./idemgate-data and one
     /// demo source.
     Serve(serve::ServeArgs),
+    /// Check a configuration without serving: each source's TTL, verifier, target and mode; the
+    /// store and the Redis tier reached (nothing created); every problem listed (exit 2).
+    Check(check::CheckArgs),
     /// Send a source a delivery signed as its sender signs (with its first secret), and show
     /// what the gateway answered and forwarded.
     Send(send::SendArgs),
@@ -238,6 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 match command {
                     Command::Serve(args) => serve::serve(args).await,
                     Command::Send(args) => send::send(args).await,
+                    Command::Check(args) => check::check(args).await,
                     Command::Migrate { store } => data::migrate(&store).await,
                     Command::Advise(args) => advise::advise(args).await,
                     Command::Sweep {

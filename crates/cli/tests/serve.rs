@@ -103,3 +103,66 @@ fn a_bad_listen_is_a_usage_error_and_a_host_name_resolves() {
         "{first}"
     );
 }
+
+#[test]
+fn check_lists_every_source_and_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!(
+            "api_tokens = [\"0123456789abcdef0123\"]\n[store]\npath = {:?}\n[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_a\", \"whsec_b\"]\nforward_url = \"http://127.0.0.1:3000/hook\"\n[[source]]\nname = \"bus\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-id\"\nmode = \"on_receipt\"\n",
+            dir.path().join("data").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["check", "--config", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for part in [
+        "source stripe-live",
+        "ttl       7d 10m = retry_window 3d + queue_lag 1d + clock_skew 10m + replay_margin 3d",
+        "verifier  stripe (2 secrets, tolerance 5m)",
+        "forward   http://127.0.0.1:3000/hook (timeout 10s)",
+        "source bus",
+        "verifier  none (bearer token)",
+        "mode      on_receipt",
+        "not created yet",
+        "ok",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from:\n{text}");
+    }
+    // Checking created nothing.
+    assert!(!dir.path().join("data").exists());
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "api_tokens = [\"change-me-to-a-long-random-token\"]\n[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_...\"]\n[[source]]\nname = \"sv\"\nprovider = \"svix\"\nsecrets = [\"nope\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["check", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert_eq!(text.matches("problem: ").count(), 3, "{text}");
+    assert!(text.contains("(line 1): api_tokens"), "{text}");
+    assert!(
+        text.contains("(line 5): source \"stripe-live\": secrets"),
+        "{text}"
+    );
+    assert!(
+        text.contains("source \"sv\": secrets: secrets[0]"),
+        "{text}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 problems in"));
+}

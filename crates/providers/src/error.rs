@@ -33,7 +33,7 @@ pub enum ConfigError {
     /// The secret itself is never included.
     //
     // No `#[source]`: base64's decode error quotes the offending byte, which is part of the secret.
-    #[error("secret #{index} for the {scheme} scheme: {why}")]
+    #[error("secrets[{index}] (counting from 0) is not a {scheme} secret: {why}")]
     Secret {
         index: usize,
         scheme: &'static str,

@@ -105,7 +105,7 @@ fn standard_webhooks_secrets_must_be_whsec_base64() {
                 matches!(err, ConfigError::Secret { index: 1, .. }),
                 "{text}"
             );
-            assert!(text.contains("secret #1"), "{text}");
+            assert!(text.contains("secrets[1]"), "{text}");
             assert!(text.contains(mentions), "{text}");
             assert!(
                 !text.contains("MfKQ9r8G") && !text.contains("Mf!Q"),

@@ -584,13 +584,7 @@ impl Config {
             Some(file) => Figment::from(Toml::file_exact(file)),
             None => Figment::from(Toml::string(fallback)),
         };
-        let figment = figment.merge(
-            Env::prefixed("IDEMGATE_")
-                .ignore(NOT_CONFIG)
-                .split("__")
-                .lowercase(true),
-        );
-        Self::from_figment(figment, file)
+        Self::from_figment(Self::figment(figment), file)
     }
 
     /// Whether `file` (with the `IDEMGATE_STORE__*` environment) names a store itself, with a
@@ -612,24 +606,57 @@ impl Config {
     }
 
     fn from_figment(figment: Figment, file: Option<&Path>) -> Result<Self, ConfigError> {
-        let config: Config = figment
+        let config = Self::extract(&figment)?;
+        match config.validate() {
+            Ok(()) => Ok(config),
+            Err(error) => Err(config.locate(error, file)),
+        }
+    }
+
+    fn extract(figment: &Figment) -> Result<Self, ConfigError> {
+        figment
             .extract()
-            .map_err(|e| ConfigError::Parse(report::render(&e, &figment)))?;
-        if let Err(error) = config.validate() {
-            let at = file.and_then(|f| {
-                let line = report::line_of(f, &config.key_of(&error)?)?;
-                Some((f.display().to_string(), line))
-            });
-            return Err(match at {
-                Some((file, line)) => ConfigError::At {
-                    file,
-                    line,
-                    error: Box::new(error),
-                },
-                None => error,
+            .map_err(|e| ConfigError::Parse(report::render(&e, figment)))
+    }
+
+    /// Reads `file` (and the environment) as [`Config::load`] does, but without validating:
+    /// for `idemgate check`, which lists every [`Config::problems`] at once.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] when the file does not deserialize.
+    pub fn parse(file: &Path) -> Result<Self, ConfigError> {
+        if !file.exists() {
+            return Err(ConfigError::Global {
+                key: "--config",
+                why: format!("{} does not exist", file.display()),
             });
         }
-        Ok(config)
+        Self::extract(&Self::figment(Figment::from(Toml::file_exact(file))))
+    }
+
+    fn figment(base: Figment) -> Figment {
+        base.merge(
+            Env::prefixed("IDEMGATE_")
+                .ignore(NOT_CONFIG)
+                .split("__")
+                .lowercase(true),
+        )
+    }
+
+    /// `error`, with the file and line where its key is written, when that can be told.
+    pub fn locate(&self, error: ConfigError, file: Option<&Path>) -> ConfigError {
+        let at = file.and_then(|f| {
+            let line = report::line_of(f, &self.key_of(&error)?)?;
+            Some((f.display().to_string(), line))
+        });
+        match at {
+            Some((file, line)) => ConfigError::At {
+                file,
+                line,
+                error: Box::new(error),
+            },
+            None => error,
+        }
     }
 
     /// The path of the key a validation error is about (`["source", "2", "lease"]`).
@@ -703,11 +730,22 @@ impl Config {
     /// # Errors
     /// The first [`ConfigError`] found.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.problems().into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(()),
+        }
+    }
+
+    /// Every problem [`Config::validate`] would refuse, not only the first (`idemgate check`).
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (i, source) in self.sources.iter().enumerate() {
-            source.policy(i)?;
+            if let Err(e) = source.policy(i) {
+                problems.push(e);
+            }
             if !seen.insert(source.name.as_str()) {
-                return Err(ConfigError::DuplicateSource {
+                problems.push(ConfigError::DuplicateSource {
                     name: source.name.clone(),
                 });
             }
@@ -715,28 +753,30 @@ impl Config {
         if let Some(redis) = &self.store.redis
             && redis.url.is_some() != redis.cluster_nodes.is_empty()
         {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "store.redis.url",
                 why: "set url (standalone) or cluster_nodes (Cluster), one of the two".into(),
             });
         }
         if self.store.kind == StoreKind::Redis && self.store.redis.is_none() {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "store.redis",
                 why: "required when store.kind = \"redis\"".into(),
             });
         }
         if self.store.kind == StoreKind::Postgres && self.store.url.is_none() {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "store.url",
                 why: "required when store.kind = \"postgres\"".into(),
             });
         }
-        check_listen("listen", &self.listen)?;
+        if let Err(e) = check_listen("listen", &self.listen) {
+            problems.push(e);
+        }
         if let Some(name) = &self.instance
             && let Err(e) = InstanceName::new(name.as_str())
         {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "instance",
                 why: e.to_string(),
             });
@@ -746,31 +786,31 @@ impl Config {
             ("limits.header_timeout", self.limits.header_timeout),
         ] {
             if d.is_zero() {
-                return Err(ConfigError::Global {
+                problems.push(ConfigError::Global {
                     key,
                     why: "must be above zero".into(),
                 });
             }
         }
         if self.limits.body_limit == 0 {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "limits.body_limit",
                 why: "must be above zero".into(),
             });
         }
         if self.api_tokens.iter().any(|t| is_placeholder(t)) {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "api_tokens",
                 why: "holds the example's placeholder; fill in a long random token of your own (e.g. `openssl rand -hex 24`)".into(),
             });
         }
         if self.api_tokens.iter().any(|t| t.len() < 16) {
-            return Err(ConfigError::Global {
+            problems.push(ConfigError::Global {
                 key: "api_tokens",
                 why: "every token must be at least 16 characters".into(),
             });
         }
-        Ok(())
+        problems
     }
 }
 

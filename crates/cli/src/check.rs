@@ -1,0 +1,135 @@
+//! `idemgate check --config FILE`: everything `serve` would check, without serving. Each source's
+//! TTL terms, verifier, target and mode; the store and the Redis tier reached (nothing created);
+//! every problem listed, not only the first.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use idemgate_core::Human;
+use idemgate_gateway::{AnyStore, Config};
+
+use crate::Usage;
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The configuration file to check.
+    #[arg(long, env = "IDEMGATE_CONFIG")]
+    config: PathBuf,
+}
+
+pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let file = args.config.as_path();
+    let config = Config::parse(file).map_err(|e| Usage(e.to_string()))?;
+    let mut problems: Vec<String> = config
+        .problems()
+        .into_iter()
+        .map(|e| config.locate(e, Some(file)).to_string())
+        .collect();
+
+    outln!("{}", file.display());
+    for (i, sc) in config.sources.iter().enumerate() {
+        let Ok(policy) = sc.policy(i) else {
+            outln!("  source {:?}: not valid (below)", sc.name);
+            continue;
+        };
+        let c = &policy.ttl.contract;
+        outln!("  source {}", policy.name);
+        outln!(
+            "    ttl       {} = retry_window {} + queue_lag {} + clock_skew {} + replay_margin {}{}",
+            Human(policy.ttl.ttl),
+            Human(c.retry_window),
+            Human(c.queue_lag),
+            Human(c.clock_skew),
+            Human(c.replay_margin),
+            policy
+                .ttl
+                .override_reason
+                .as_deref()
+                .map(|r| format!(" (overridden: {r})"))
+                .unwrap_or_default()
+        );
+        match idemgate_gateway::verifier(sc) {
+            Ok(v) => outln!(
+                "    verifier  {} ({}{})",
+                v.scheme(),
+                if v.scheme().is_signed() {
+                    idemgate_chart::count(v.secret_count() as u64, "secret", "secrets")
+                } else {
+                    "bearer token".to_owned()
+                },
+                if v.scheme().signs_timestamp() {
+                    format!(", tolerance {}", Human(v.tolerance()))
+                } else {
+                    String::new()
+                }
+            ),
+            Err(e) => problems.push(config.locate(e, Some(file)).to_string()),
+        }
+        outln!(
+            "    mode      {}, lease {}, late duplicates {}",
+            match sc.mode {
+                idemgate_gateway::config::Mode::OnSuccess => "on_success",
+                idemgate_gateway::config::Mode::OnReceipt => "on_receipt",
+            },
+            Human(policy.lease),
+            idemgate_core::LateDuplicates::from(sc.late_duplicates).as_str()
+        );
+        match &sc.forward_url {
+            Some(url) => outln!(
+                "    forward   {url} (timeout {})",
+                Human(sc.forward_timeout)
+            ),
+            None => outln!("    forward   none: a delivery is acknowledged once claimed"),
+        }
+    }
+    if config.sources.is_empty() {
+        outln!("  no sources: nothing can be received");
+    }
+
+    // The store and the tier, only when the configuration itself holds together.
+    if problems.is_empty() {
+        let name = crate::data::describe(&config);
+        match AnyStore::open_existing(&config).await {
+            Ok(store) => {
+                match store.ping().await {
+                    Ok(()) => outln!("  store     {name}: reachable"),
+                    Err(e) => problems.push(format!(
+                        "{name} does not answer: {}",
+                        idemgate_gateway::error::ErrorChain(&e)
+                    )),
+                }
+                match store.ping_tier().await {
+                    Some(Ok(())) => outln!("  tier      Redis: reachable"),
+                    Some(Err(e)) => problems.push(format!("the Redis tier does not answer: {e}")),
+                    None => {}
+                }
+            }
+            Err(e) => match crate::data::missing(&e) {
+                // Not a problem: `serve` (or `migrate`) creates it.
+                Some(why) => {
+                    tracing::debug!(%why, "no store yet");
+                    outln!("  store     {name}: not created yet (serve creates it at start)")
+                }
+                None => problems.push(format!(
+                    "{name}: {}",
+                    idemgate_gateway::error::ErrorChain(&e)
+                )),
+            },
+        }
+    }
+
+    if problems.is_empty() {
+        outln!("ok");
+        return Ok(());
+    }
+    outln!();
+    for p in &problems {
+        outln!("problem: {p}");
+    }
+    Err(Usage(format!(
+        "{} in {}",
+        idemgate_chart::count(problems.len() as u64, "problem", "problems"),
+        file.display()
+    ))
+    .into())
+}
