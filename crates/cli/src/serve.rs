@@ -47,7 +47,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = describe(&config, state.store.engine());
     if args.config.is_none() {
         println!("idemgate on http://{addr} with {store} and one demo source (no --config given).");
-        println!("Send it a webhook (the demo's API token is demo-token-change-me):");
+        println!("Send it a webhook: idemgate send demo --event-id evt_1 --url http://{addr}");
+        println!("or with curl (the demo's API token is demo-token-change-me):");
         println!(
             "  curl -i http://{addr}/hooks/demo -H 'Authorization: Bearer demo-token-change-me' \\\n       -H 'Content-Type: application/json' -d '{{\"id\":\"evt_1\",\"amount\":42}}'"
         );
