@@ -647,10 +647,13 @@ async fn clean(
             let phase = (method == Method::Partitions)
                 .then(|| Progress::phase("cleanup, partition drop: running"));
             let mut deleted = 0;
-            // A token nobody cancels: the run goes to its end.
-            let never = idemgate_postgres::CancellationToken::new();
-            let report = store
-                .sweep_run(&never, |n| {
+            // A pause nobody cuts short: the run goes to its end.
+            let pause = |d| async move {
+                tokio::time::sleep(d).await;
+                true
+            };
+            let report =
+                idemgate_core::Sweep::sweep_run(store, store.sweep_options(), pause, |n| {
                     deleted += n;
                     if let Some(p) = &progress {
                         p.set(deleted);
@@ -674,8 +677,8 @@ async fn clean(
                 ),
                 _ => format!(
                     "dropped {} partition(s) ({}), deleted {} rows",
-                    report.partitions.dropped.len(),
-                    report.partitions.dropped.join(", "),
+                    report.partitions_dropped.len(),
+                    report.partitions_dropped.join(", "),
                     report.rows
                 ),
             })

@@ -439,7 +439,7 @@ async fn sizes_of(admin: &tokio_postgres::Client, schema: &str) -> anyhow::Resul
     })
 }
 
-/// The store's own background sweeper ([`idemgate_postgres::spawn_sweeper`]), stoppable.
+/// The one background sweeper ([`idemgate_core::sweep::spawn`]) on the store, stoppable.
 struct Sweeper {
     handle: JoinHandle<()>,
     stop: Box<dyn FnOnce() + Send>,
@@ -447,8 +447,13 @@ struct Sweeper {
 
 impl Sweeper {
     fn start(store: PgStore, every: Duration) -> Self {
-        let cancel = idemgate_postgres::CancellationToken::new();
-        let handle = idemgate_postgres::spawn_sweeper(store, every, cancel.clone());
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let opts = store.sweep_options();
+        let handle = idemgate_core::sweep::spawn(store, every, opts, cancel.clone(), |run| {
+            if let Err(e) = run {
+                eprintln!("sweep run failed: {e}");
+            }
+        });
         Self {
             handle,
             stop: Box::new(move || cancel.cancel()),

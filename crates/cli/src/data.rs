@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use anyhow::Context;
-use idemgate_core::store::{ClaimStore, HistoryQuery, Stats};
+use idemgate_core::store::{ClaimStore, HistoryQuery, Stats, Sweep};
 use idemgate_core::sweep::SweepOptions;
 use idemgate_core::{EventId, Human, Key, SourceName, StoreStats, Timestamp};
 use idemgate_gateway::config::{ExpiryMode, StoreKind};
@@ -221,14 +221,18 @@ pub(crate) async fn sweep(
     });
     let mut done = 0u64;
     let report = store
-        .sweep_run(SweepOptions { batch, pause }, &cancel, |rows| {
-            done += rows;
-            match &bar {
-                Some(bar) => bar.set_position(done),
-                None if rows > 0 => tracing::info!(rows, total = done, "swept a batch"),
-                None => {}
-            }
-        })
+        .sweep_run(
+            SweepOptions { batch, pause },
+            idemgate_core::sweep::pause_or_cancel(&cancel),
+            |rows| {
+                done += rows;
+                match &bar {
+                    Some(bar) => bar.set_position(done),
+                    None if rows > 0 => tracing::info!(rows, total = done, "swept a batch"),
+                    None => {}
+                }
+            },
+        )
         .await?;
     if let Some(bar) = bar {
         bar.finish_and_clear();

@@ -45,7 +45,7 @@ pub use memory::MemoryStore;
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
-    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
-    StoreStats, Sweep,
+    Boot, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, SourceStats, Stats,
+    StoreError, StoreStats, Sweep,
 };
 pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

@@ -3,6 +3,7 @@
 //! Nothing survives the process. Every operation holds one mutex, so each is atomic. Each store
 //! gets a random [`Identity`] when it is made; its clones share it.
 
+use crate::HistoryRetention;
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -257,7 +258,9 @@ impl HistoryQuery for MemoryStore {
         }
         Ok(tally.finish(period))
     }
+}
 
+impl HistoryRetention for MemoryStore {
     async fn purge_history(
         &self,
         retention: Duration,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder};
 use crate::key::{InstanceName, Key, SourceName};
+use crate::sweep::{SweepOptions, SweepReport};
 use crate::time::Timestamp;
 
 /// Why a store operation failed.
@@ -165,7 +166,8 @@ pub fn random_store_id() -> String {
     )
 }
 
-/// Removing expired records in bounded batches.
+/// Removing expired records in bounded batches (a store whose records expire by themselves,
+/// like Redis, does not implement it).
 pub trait Sweep: Send + Sync {
     /// Deletes at most `batch` records whose `expires_at` passed (by the store's clock) and returns
     /// how many it deleted. Live records are never touched.
@@ -176,9 +178,30 @@ pub trait Sweep: Send + Sync {
         &self,
         batch: NonZeroU32,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// One sweep run: by default [`crate::sweep::run`], bounded batches of `opts.batch` with
+    /// `pause(opts.pause)` awaited between them (it returns `false` to stop the run: cancellation)
+    /// until a batch comes back short. `on_batch` hears each batch's row count. A store with more
+    /// to do in a run overrides it (PostgreSQL maintains its partitions first).
+    ///
+    /// # Errors
+    /// The first failure; what was deleted before it stays deleted.
+    fn sweep_run<P, F>(
+        &self,
+        opts: SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> impl Future<Output = Result<SweepReport, StoreError>> + Send
+    where
+        Self: Sized,
+        P: FnMut(Duration) -> F + Send,
+        F: Future<Output = bool> + Send,
+    {
+        crate::sweep::run(self, opts, pause, on_batch)
+    }
 }
 
-/// Asking history: what the TTL advisor reads, and history's own retention.
+/// Asking history: what the TTL advisor reads.
 pub trait HistoryQuery: Send + Sync {
     /// Every source's deliveries, gaps and late duplicates over the last `period` (by the store's
     /// clock). `live_rows` is left at zero: [`Stats`] counts those.
@@ -199,10 +222,13 @@ pub trait HistoryQuery: Send + Sync {
         &self,
         source: &crate::key::SourceName,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
 
+/// History's own retention, apart from reading it: old rows go in bounded batches.
+pub trait HistoryRetention: Send + Sync {
     /// Deletes at most `batch` history rows older than `retention` (by the store's clock) and
     /// returns how many. Dedup records are never touched. Stores that drop whole partitions
-    /// instead return 0.
+    /// instead (in their [`Sweep::sweep_run`]) return 0.
     ///
     /// # Errors
     /// [`StoreError::Backend`].

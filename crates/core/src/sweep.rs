@@ -1,4 +1,6 @@
-//! A sweep run: bounded batches with a pause between them, until a batch deletes nothing.
+//! Sweeping: one run ([`run`], the default of [`Sweep::sweep_run`]) is bounded batches with a
+//! pause between them until a batch comes back short; [`spawn`] (feature `tokio`) is the one
+//! background sweeper, a run every interval until cancelled.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -25,13 +27,18 @@ impl Default for SweepOptions {
 }
 
 /// What a sweep run did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SweepReport {
+    /// Expired records deleted by bounded batches.
     pub rows: u64,
     pub batches: u64,
     pub elapsed: Duration,
     /// True when the run stopped because `pause` said so, before a batch came back short.
     pub cancelled: bool,
+    /// Partitions the run created ahead (stores that partition; empty elsewhere).
+    pub partitions_created: Vec<String>,
+    /// Partitions the run dropped whole once everything in them expired.
+    pub partitions_dropped: Vec<String>,
 }
 
 /// Runs batches until one deletes fewer rows than a full batch: what expired before the run is
@@ -50,7 +57,7 @@ pub async fn run<S, P, F>(
     mut on_batch: impl FnMut(u64),
 ) -> Result<SweepReport, StoreError>
 where
-    S: Sweep,
+    S: Sweep + ?Sized,
     P: FnMut(Duration) -> F,
     F: Future<Output = bool>,
 {
@@ -71,6 +78,51 @@ where
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// A pause that is cut short by `cancel`, for [`Sweep::sweep_run`]: `false` once cancelled.
+#[cfg(feature = "tokio")]
+pub fn pause_or_cancel(
+    cancel: &tokio_util::sync::CancellationToken,
+) -> impl FnMut(Duration) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + use<> {
+    let cancel = cancel.clone();
+    move |d| {
+        let cancel = cancel.clone();
+        Box::pin(async move {
+            tokio::select! {
+                () = cancel.cancelled() => false,
+                () = tokio::time::sleep(d) => true,
+            }
+        })
+    }
+}
+
+/// The background sweeper: a [`Sweep::sweep_run`] now and every `every`, until `cancel` fires
+/// (a run in progress stops between batches). `on_run` hears each run's result, to log and count
+/// it; a failed run is tried again at the next tick.
+#[cfg(feature = "tokio")]
+pub fn spawn<S>(
+    store: S,
+    every: Duration,
+    opts: SweepOptions,
+    cancel: tokio_util::sync::CancellationToken,
+    mut on_run: impl FnMut(Result<SweepReport, StoreError>) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    S: Sweep + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let result = store
+                .sweep_run(opts, pause_or_cancel(&cancel), |_| {})
+                .await;
+            on_run(result);
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemgate_core::HistoryQuery;
+use idemgate_core::HistoryRetention;
 use idemgate_core::sweep::SweepOptions;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -172,45 +172,45 @@ pub(crate) fn spawn_history_retention(
     })
 }
 
-/// The background sweeper: a run now and every `every`, each logged with its rows and time and
-/// counted in `/metrics`, until `cancel` fires.
+/// The background sweeper: core's one [`idemgate_core::sweep::spawn`], a run now and every
+/// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows and time
+/// and counted in `/metrics`, until `cancel` fires.
 pub(crate) fn spawn_sweeper(
     state: &AppState,
     every: Duration,
+    opts: SweepOptions,
     cancel: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let state = state.clone();
-    tokio::spawn(async move {
-        loop {
-            let started = Instant::now();
-            let run = state
-                .store
-                .sweep_run(SweepOptions::default(), &cancel, |_| {})
-                .await;
-            match run.map(|r| r.rows) {
-                Ok(rows) => {
-                    state.metrics.sweep_run(Some(rows));
-                    let elapsed_ms = started.elapsed().as_millis() as u64;
-                    // A run that found nothing is routine: one line a minute at info would be noise.
-                    if rows > 0 {
-                        tracing::info!(store = state.store.engine(), rows, elapsed_ms, "sweep run");
-                    } else {
-                        tracing::debug!(
-                            store = state.store.engine(),
+    let on_run = {
+        let state = state.clone();
+        move |run: Result<idemgate_core::sweep::SweepReport, idemgate_core::StoreError>| {
+            let store = state.store.engine();
+            match run {
+                Ok(r) => {
+                    state.metrics.sweep_run(Some(r.rows));
+                    let elapsed_ms = r.elapsed.as_millis() as u64;
+                    let partitions = r.partitions_created.len() + r.partitions_dropped.len();
+                    // A run that found nothing is routine: a line a minute at info would be noise.
+                    if r.rows > 0 || partitions > 0 {
+                        tracing::info!(
+                            store,
+                            rows = r.rows,
+                            batches = r.batches,
+                            partitions_created = r.partitions_created.len(),
+                            partitions_dropped = r.partitions_dropped.len(),
                             elapsed_ms,
-                            "sweep run: nothing expired"
+                            "sweep run"
                         );
+                    } else {
+                        tracing::debug!(store, elapsed_ms, "sweep run: nothing expired");
                     }
                 }
                 Err(e) => {
                     state.metrics.sweep_run(None);
-                    tracing::warn!(store = state.store.engine(), error = %ErrorChain(&e), "sweep run failed");
+                    tracing::warn!(store, error = %ErrorChain(&e), "sweep run failed");
                 }
             }
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(every) => {}
-            }
         }
-    })
+    };
+    idemgate_core::sweep::spawn(state.store.clone(), every, opts, cancel, on_run)
 }

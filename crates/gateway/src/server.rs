@@ -94,7 +94,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let cancel = CancellationToken::new();
-    let sweeper = admin::spawn_sweeper(&state, config.store.sweep_interval, cancel.clone());
+    let sweeper = admin::spawn_sweeper(
+        &state,
+        config.store.sweep_interval,
+        config.store.sweep_options(),
+        cancel.clone(),
+    );
     let retention = admin::spawn_history_retention(
         &state,
         config.store.history_retention,

@@ -2,6 +2,8 @@
 //! handlers stay generic-free and each engine keeps its own crate), optionally behind a Redis tier
 //! that answers known duplicates without touching SQL.
 
+use idemgate_core::HistoryRetention;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -9,11 +11,10 @@ use idemgate_core::advise::Observation;
 use idemgate_core::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
 };
-use idemgate_core::sweep::{self, SweepOptions, SweepReport};
+use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimToken, EventView, InstanceName, Key, MemoryStore, Timestamp,
 };
-use tokio_util::sync::CancellationToken;
 
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
@@ -189,49 +190,6 @@ impl AnyStore {
         let key = Key::parse("idemgate.health", "ping").expect("a valid key");
         either!(self, s => s.lookup(&key).await.map(drop))
     }
-
-    /// One sweep run: expired records deleted in bounded batches until a batch deletes nothing
-    /// (PostgreSQL uses its own configured batch and pause, and also creates and drops
-    /// partitions; Redis expires keys itself). `on_batch` hears each batch's row count; `cancel`
-    /// stops the run between batches.
-    ///
-    /// # Errors
-    /// The store's error; batches before it stay deleted.
-    pub async fn sweep_run(
-        &self,
-        opts: SweepOptions,
-        cancel: &CancellationToken,
-        on_batch: impl FnMut(u64),
-    ) -> Result<SweepReport, StoreError> {
-        let engine = match self {
-            Self::Plain(e) => e,
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => t.inner(),
-        };
-        #[cfg(feature = "postgres")]
-        if let Engine::Postgres(pg) = engine {
-            return pg
-                .sweep_run(cancel, on_batch)
-                .await
-                .map(|r| SweepReport {
-                    rows: r.rows,
-                    batches: r.batches,
-                    elapsed: r.elapsed,
-                    cancelled: r.cancelled,
-                })
-                .map_err(|e| StoreError::backend("the PostgreSQL sweep failed", e));
-        }
-        let pause = |d: Duration| {
-            let cancel = cancel.clone();
-            async move {
-                tokio::select! {
-                    () = cancel.cancelled() => false,
-                    () = tokio::time::sleep(d) => true,
-                }
-            }
-        };
-        sweep::run(engine, opts, pause, on_batch).await
-    }
 }
 
 impl Engine {
@@ -365,6 +323,28 @@ impl Sweep for Engine {
             Self::Postgres(s) => s.sweep_expired(batch).await,
         }
     }
+
+    async fn sweep_run<P, F>(
+        &self,
+        opts: SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> Result<SweepReport, StoreError>
+    where
+        P: FnMut(Duration) -> F + Send,
+        F: Future<Output = bool> + Send,
+    {
+        match self {
+            // Redis expires its keys itself.
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(SweepReport::default()),
+            Self::Memory(s) => s.sweep_run(opts, pause, on_batch).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.sweep_run(opts, pause, on_batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.sweep_run(opts, pause, on_batch).await,
+        }
+    }
 }
 
 impl HistoryQuery for Engine {
@@ -374,6 +354,9 @@ impl HistoryQuery for Engine {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         each!(self, s => s.observe(period).await)
     }
+}
+
+impl HistoryRetention for Engine {
     async fn purge_history(
         &self,
         retention: Duration,
@@ -423,6 +406,19 @@ impl Sweep for AnyStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         either!(self, s => s.sweep_expired(batch).await)
     }
+
+    async fn sweep_run<P, F>(
+        &self,
+        opts: SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> Result<SweepReport, StoreError>
+    where
+        P: FnMut(Duration) -> F + Send,
+        F: Future<Output = bool> + Send,
+    {
+        either!(self, s => s.sweep_run(opts, pause, on_batch).await)
+    }
 }
 
 impl HistoryQuery for AnyStore {
@@ -432,6 +428,9 @@ impl HistoryQuery for AnyStore {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         either!(self, s => s.observe(period).await)
     }
+}
+
+impl HistoryRetention for AnyStore {
     async fn purge_history(
         &self,
         retention: Duration,

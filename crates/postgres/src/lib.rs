@@ -13,8 +13,8 @@
 //!   implementations.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
 //!   call over arrays.
-//! - [`sweeper`]: partition maintenance, one sweep run ([`PgStore::sweep_run`]) and the background
-//!   task ([`spawn_sweeper`]).
+//! - [`sweeper`]: partition maintenance and the sweep run ([`idemgate_core::Sweep::sweep_run`],
+//!   overridden to maintain partitions first); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
 //! The SQL lives in `sql/`: `migrations/0001_init.sql` and `0002_holders.sql` hold the tables and
@@ -36,6 +36,4 @@ pub use config::{ConfigError, Expiry, PgConfig};
 pub use error::PgError;
 pub use migrate::{MigrateReport, SCHEMA_VERSION, migrate};
 pub use store::PgStore;
-pub use sweeper::{MaintenanceReport, SweepRunReport, spawn_sweeper};
-/// What stops a sweep run or the sweeper task ([`PgStore::sweep_run`], [`spawn_sweeper`]).
-pub use tokio_util::sync::CancellationToken;
+pub use sweeper::MaintenanceReport;

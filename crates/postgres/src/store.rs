@@ -1,5 +1,6 @@
 //! [`PgStore`]: the store traits on a connection pool, claims through the group-commit batcher.
 
+use idemgate_core::HistoryRetention;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, HistoryEntry,
     HistoryOutcome, HistoryQuery, Holder, Identity, InstanceName, Instances, Key, Record,
-    RecordState, SourceName, SourceStats, Stats, StoreError, StoreStats, Sweep, Timestamp,
+    RecordState, SourceName, SourceStats, Stats, StoreError, StoreStats, Timestamp,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
@@ -432,11 +433,12 @@ impl Instances for PgStore {
     }
 }
 
-impl Sweep for PgStore {
-    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+impl Db {
+    /// One bounded delete of expired records.
+    pub(crate) async fn sweep_batch(&self, batch: NonZeroU32) -> Result<u64, PgError> {
         const CONTEXT: &str = "deleting a batch of expired records";
-        let client = self.inner.db.client().await?;
-        let sql = match self.inner.db.cfg.expiry {
+        let client = self.client().await?;
+        let sql = match self.cfg.expiry {
             crate::Expiry::Batched { .. } => SWEEP_BATCH,
             crate::Expiry::Partitioned { .. } => SWEEP_BATCH_PARTITIONED,
         };
@@ -444,11 +446,10 @@ impl Sweep for PgStore {
             .prepare_cached(sql)
             .await
             .map_err(PgError::db(CONTEXT))?;
-        let rows = client
+        client
             .execute(&stmt, &[&i64::from(batch.get())])
             .await
-            .map_err(PgError::db(CONTEXT))?;
-        Ok(rows)
+            .map_err(PgError::db(CONTEXT))
     }
 }
 
@@ -487,7 +488,9 @@ impl HistoryQuery for PgStore {
         }
         Ok(tally.finish(period))
     }
+}
 
+impl HistoryRetention for PgStore {
     /// History lives in monthly partitions, dropped whole past `history_retention` by
     /// [`PgStore::maintain_partitions`]: nothing is deleted row by row here.
     async fn purge_history(

@@ -1,17 +1,20 @@
-//! Expiry: partition maintenance, sweep runs, and the background sweeper task.
+//! Expiry: partition maintenance, and PostgreSQL's sweep run.
 //!
-//! A sweep run first maintains partitions (history months created ahead and dropped past the
-//! retention; in partitioned mode dedup partitions created ahead and dropped once their upper
-//! bound has passed), then, in batched mode, deletes expired dedup rows in bounded batches with a
-//! pause between them until a batch deletes nothing. Partitioned mode deletes no rows: expired
-//! rows count as absent and leave with their partition.
+//! A sweep run ([`Sweep::sweep_run`], overridden here) first maintains partitions (history months
+//! created ahead and dropped past the retention; in partitioned mode dedup partitions created
+//! ahead and dropped once their upper bound has passed), then, in batched mode, deletes expired
+//! dedup rows in bounded batches with a pause between them until a batch comes back short.
+//! Partitioned mode deletes no rows: expired rows count as absent and leave with their
+//! partition. The background sweeper is core's one [`idemgate_core::sweep::spawn`]; several
+//! gateways on one schema serialize partition DDL on an advisory lock.
 
+use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use idemgate_core::sweep::{self, SweepOptions};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use idemgate_core::sweep::{self, SweepOptions, SweepReport};
+use idemgate_core::{StoreError, Sweep};
 
 use crate::config::Expiry;
 use crate::error::PgError;
@@ -34,19 +37,6 @@ pub struct MaintenanceReport {
     pub created: Vec<String>,
     /// Partitions dropped whole, by name.
     pub dropped: Vec<String>,
-}
-
-/// What one sweep run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SweepRunReport {
-    pub partitions: MaintenanceReport,
-    /// Expired dedup rows deleted by bounded batches (batched mode).
-    pub rows: u64,
-    /// Batches run, the last (empty) one included.
-    pub batches: u64,
-    pub elapsed: Duration,
-    /// The run stopped on cancellation before a batch came back empty.
-    pub cancelled: bool,
 }
 
 impl Db {
@@ -112,94 +102,45 @@ impl PgStore {
         let dropped = self.db().drop_partitions().await?;
         Ok(MaintenanceReport { created, dropped })
     }
+}
 
-    /// One sweep run (what `idemgate sweep --postgres URL` does): partition maintenance, then in
-    /// batched mode bounded deletes until a batch deletes nothing. `on_batch` hears each batch's
-    /// row count (for a progress bar; [`idemgate_core::Stats::stats`]' `expired` is the total to
-    /// expect). `cancel` stops the run between batches.
-    ///
-    /// # Errors
-    /// The first failure; batches and partitions handled before it stay done.
-    pub async fn sweep_run(
+impl PgStore {
+    /// The batch and pause this store's configuration sweeps with ([`Expiry::Batched`]; the
+    /// defaults in partitioned mode, which deletes no rows).
+    pub fn sweep_options(&self) -> SweepOptions {
+        match self.config().expiry {
+            Expiry::Batched { batch, pause } => SweepOptions { batch, pause },
+            Expiry::Partitioned { .. } => SweepOptions::default(),
+        }
+    }
+}
+
+impl Sweep for PgStore {
+    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        Ok(self.db().sweep_batch(batch).await?)
+    }
+
+    /// Partition maintenance first, then (batched mode) bounded deletes until a batch comes back
+    /// short; see the [module docs](self).
+    async fn sweep_run<P, F>(
         &self,
-        cancel: &CancellationToken,
-        on_batch: impl FnMut(u64),
-    ) -> Result<SweepRunReport, PgError> {
+        opts: SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> Result<SweepReport, StoreError>
+    where
+        P: FnMut(Duration) -> F + Send,
+        F: Future<Output = bool> + Send,
+    {
         let started = Instant::now();
         let partitions = self.maintain_partitions().await?;
-        let mut report = SweepRunReport {
-            partitions,
-            ..SweepRunReport::default()
+        let mut report = match self.config().expiry {
+            Expiry::Batched { .. } => sweep::run(self, opts, pause, on_batch).await?,
+            Expiry::Partitioned { .. } => SweepReport::default(),
         };
-        if let Expiry::Batched { batch, pause } = self.config().expiry {
-            if cancel.is_cancelled() {
-                report.cancelled = true;
-            } else {
-                let pause_or_cancel = |d: Duration| {
-                    let cancel = cancel.clone();
-                    async move {
-                        tokio::select! {
-                            () = cancel.cancelled() => false,
-                            () = tokio::time::sleep(d) => true,
-                        }
-                    }
-                };
-                let run = sweep::run(
-                    self,
-                    SweepOptions { batch, pause },
-                    pause_or_cancel,
-                    on_batch,
-                )
-                .await
-                .map_err(|source| PgError::Sweep { source })?;
-                report.rows = run.rows;
-                report.batches = run.batches;
-                report.cancelled = run.cancelled;
-            }
-        }
+        report.partitions_created = partitions.created;
+        report.partitions_dropped = partitions.dropped;
         report.elapsed = started.elapsed();
         Ok(report)
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// Starts the background sweeper: a sweep run now and then every `every`, until `cancel` fires.
-/// Each run is logged with its rows, batches, partitions and time; a failed run is logged and
-/// retried at the next tick.
-pub fn spawn_sweeper(store: PgStore, every: Duration, cancel: CancellationToken) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let schema = store.config().schema.clone();
-        loop {
-            match store.sweep_run(&cancel, |_| {}).await {
-                Ok(r) => tracing::info!(
-                    schema = %schema,
-                    rows = r.rows,
-                    batches = r.batches,
-                    partitions_created = r.partitions.created.len(),
-                    partitions_dropped = r.partitions.dropped.len(),
-                    elapsed_ms = u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
-                    cancelled = r.cancelled,
-                    "sweep run"
-                ),
-                Err(e) => {
-                    tracing::warn!(schema = %schema, error = %error_chain(&e), "sweep run failed")
-                }
-            }
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(every) => {}
-            }
-        }
-        tracing::debug!(schema = %schema, "sweeper stopped");
-    })
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SchemaGuard, TestStore};
+use idemgate_core::sweep::SweepOptions;
 use idemgate_core::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, HistoryOutcome, Identity, Instances, Key,
-    Stats, StoreError,
+    Stats, StoreError, Sweep,
 };
 use idemgate_postgres::{ConfigError, Expiry, PgConfig, PgError, PgStore, SCHEMA_VERSION};
 use tokio_util::sync::CancellationToken;
@@ -452,7 +453,14 @@ async fn a_batched_sweep_run_stops_at_a_short_batch() {
     assert_eq!(store.stats().await.unwrap().expired, 7);
     let mut batches = Vec::new();
     let report = store
-        .sweep_run(&CancellationToken::new(), |n| batches.push(n))
+        .sweep_run(
+            SweepOptions {
+                batch: NonZeroU32::new(3).unwrap(),
+                pause: Duration::from_millis(5),
+            },
+            idemgate_core::sweep::pause_or_cancel(&CancellationToken::new()),
+            |n| batches.push(n),
+        )
         .await
         .unwrap();
     // The third batch comes back short: everything expired before the run is gone.
@@ -477,10 +485,14 @@ async fn the_background_sweeper_sweeps_and_stops_on_cancel() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let cancel = CancellationToken::new();
-    let handle = idemgate_postgres::spawn_sweeper(
+    let handle = idemgate_core::sweep::spawn(
         store.store.clone(),
         Duration::from_millis(20),
+        SweepOptions::default(),
         cancel.clone(),
+        |run| {
+            run.unwrap();
+        },
     );
     let mut swept = false;
     for _ in 0..100 {

@@ -15,6 +15,7 @@
 //!   and the cap drops old entries. It is a feed for the TTL advisor and dashboards, not an audit
 //!   log; keep audit history in a SQL store.
 
+use idemgate_core::HistoryRetention;
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -892,7 +893,9 @@ impl HistoryQuery for RedisStore {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         Ok(self.observe_streams(period).await?)
     }
+}
 
+impl HistoryRetention for RedisStore {
     /// Trims the sources' streams. Each event's own history expires by itself, `history_retention`
     /// after its record was made (or when the record expires, if later).
     async fn purge_history(

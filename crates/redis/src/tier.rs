@@ -45,6 +45,7 @@
 //! recorded by the inner store, so the gap history the TTL advisor reads keeps each event's
 //! earliest duplicate; later ones show only in the counters.
 
+use idemgate_core::HistoryRetention;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -431,9 +432,23 @@ impl<S: ClaimStore + Instances> Instances for TieredStore<S> {
     }
 }
 
+/// Sweeping is the inner store's, run and all (PostgreSQL maintains partitions in its run).
 impl<S: ClaimStore + Sweep> Sweep for TieredStore<S> {
     async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
         self.inner.sweep_expired(batch).await
+    }
+
+    async fn sweep_run<P, F>(
+        &self,
+        opts: idemgate_core::sweep::SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> Result<idemgate_core::sweep::SweepReport, StoreError>
+    where
+        P: FnMut(Duration) -> F + Send,
+        F: std::future::Future<Output = bool> + Send,
+    {
+        self.inner.sweep_run(opts, pause, on_batch).await
     }
 }
 
@@ -445,7 +460,9 @@ impl<S: ClaimStore + HistoryQuery> HistoryQuery for TieredStore<S> {
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         self.inner.observe(period).await
     }
+}
 
+impl<S: ClaimStore + HistoryRetention> HistoryRetention for TieredStore<S> {
     async fn purge_history(
         &self,
         retention: Duration,

@@ -18,6 +18,7 @@
 
 mod writer;
 
+use idemgate_core::HistoryRetention;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -492,7 +493,9 @@ impl HistoryQuery for SqliteStore {
         })
         .await
     }
+}
 
+impl HistoryRetention for SqliteStore {
     async fn purge_history(
         &self,
         retention: Duration,

@@ -188,6 +188,18 @@ pub struct StoreConfig {
     pub history_interval: Duration,
 }
 
+impl StoreConfig {
+    /// How each sweep run deletes: `[store.postgres]` sweep_batch and sweep_pause (they apply to
+    /// every engine that deletes in batches).
+    pub fn sweep_options(&self) -> idemgate_core::sweep::SweepOptions {
+        idemgate_core::sweep::SweepOptions {
+            batch: std::num::NonZeroU32::new(self.postgres.sweep_batch)
+                .unwrap_or(std::num::NonZeroU32::MIN),
+            pause: self.postgres.sweep_pause,
+        }
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {

@@ -141,6 +141,18 @@ impl Sweep for TestStore {
     async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
         self.store.sweep_expired(batch).await
     }
+    async fn sweep_run<P, F>(
+        &self,
+        opts: idemgate_core::sweep::SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> Result<idemgate_core::sweep::SweepReport, StoreError>
+    where
+        P: FnMut(std::time::Duration) -> F + Send,
+        F: std::future::Future<Output = bool> + Send,
+    {
+        self.store.sweep_run(opts, pause, on_batch).await
+    }
 }
 
 impl idemgate_core::HistoryQuery for TestStore {
@@ -153,6 +165,9 @@ impl idemgate_core::HistoryQuery for TestStore {
     ) -> Result<Vec<idemgate_core::advise::Observation>, StoreError> {
         self.store.observe(period).await
     }
+}
+
+impl idemgate_core::HistoryRetention for TestStore {
     async fn purge_history(
         &self,
         retention: std::time::Duration,
