@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.1)]
     duplicates: f64,
     /// The idemgate binary (default: next to this one; build it with
-    /// `cargo build --release -p idemgate`).
+    /// `cargo build --release -p idemgate-cli`).
     #[arg(long)]
     idemgate: Option<PathBuf>,
 }
@@ -59,7 +59,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     if !bin.exists() {
         bail!(
-            "{} not found: build it with `cargo build --release -p idemgate`, or pass --idemgate",
+            "{} not found: build it with `cargo build --release -p idemgate-cli`, or pass --idemgate",
             bin.display()
         );
     }

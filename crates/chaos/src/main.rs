@@ -189,7 +189,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     if !bin.exists() {
         anyhow::bail!(
-            "{} not found: build it with `cargo build -p idemgate`, or pass --idemgate PATH",
+            "{} not found: build it with `cargo build -p idemgate-cli`, or pass --idemgate PATH",
             bin.display()
         );
     }

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use idemgate::AnyStore;
 use idemgate_core::Human;
-use idemgate_gateway::{AnyStore, Config};
+use idemgate_gateway::Config;
 
 use crate::Usage;
 
@@ -89,13 +90,13 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
     // The store and the tier, only when the configuration itself holds together.
     if problems.is_empty() {
         let name = crate::data::describe(&config);
-        match AnyStore::open_existing(&config).await {
+        match AnyStore::open_existing(&config.store).await {
             Ok(store) => {
                 match store.ping().await {
                     Ok(()) => outln!("  store     {name}: reachable"),
                     Err(e) => problems.push(format!(
                         "{name} does not answer: {}",
-                        idemgate_gateway::error::ErrorChain(&e)
+                        idemgate::ErrorChain(&e)
                     )),
                 }
                 match store.ping_tier().await {
@@ -110,10 +111,7 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
                     tracing::debug!(%why, "no store yet");
                     outln!("  store     {name}: not created yet (serve creates it at start)")
                 }
-                None => problems.push(format!(
-                    "{name}: {}",
-                    idemgate_gateway::error::ErrorChain(&e)
-                )),
+                None => problems.push(format!("{name}: {}", idemgate::ErrorChain(&e))),
             },
         }
     }

@@ -5,11 +5,12 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use anyhow::Context;
+use idemgate::AnyStore;
+use idemgate::config::{ExpiryMode, StoreKind};
 use idemgate_core::store::{ClaimStore, HistoryQuery, Stats, Sweep};
 use idemgate_core::sweep::SweepOptions;
 use idemgate_core::{EventId, Human, Key, SourceName, StoreStats, Timestamp};
-use idemgate_gateway::config::{ExpiryMode, StoreKind};
-use idemgate_gateway::{AnyStore, Config};
+use idemgate_gateway::Config;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -103,14 +104,14 @@ pub(crate) async fn open(
 ) -> anyhow::Result<(AnyStore, String)> {
     let config = config(args, sweep)?;
     let name = describe(&config);
-    let store = AnyStore::open_existing(&config)
+    let store = AnyStore::open_existing(&config.store)
         .await
         .map_err(|e| missing_is_usage(e, &name))?;
     Ok((store, name))
 }
 
 /// A store that is not there (or needs `idemgate migrate`) is a usage error: exit 2, one line.
-fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow::Error {
+fn missing_is_usage(e: idemgate::OpenError, name: &str) -> anyhow::Error {
     match missing(&e) {
         Some(why) => Usage(why).into(),
         None => anyhow::Error::new(e).context(format!("cannot open {name}")),
@@ -118,7 +119,7 @@ fn missing_is_usage(e: idemgate_gateway::store::OpenError, name: &str) -> anyhow
 }
 
 /// What is missing, when `e` says the store or its schema is not there or too old.
-pub(crate) fn missing(e: &idemgate_gateway::store::OpenError) -> Option<String> {
+pub(crate) fn missing(e: &idemgate::OpenError) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if let Some(pg) = s.downcast_ref::<idemgate_postgres::PgError>()
@@ -155,30 +156,20 @@ pub(crate) fn describe(config: &Config) -> String {
 pub(crate) async fn migrate(args: &StoreArgs) -> anyhow::Result<()> {
     let config = config(args, None)?;
     let name = describe(&config);
-    match config.store.kind {
-        StoreKind::Sqlite => {
-            let store = idemgate_sqlite::SqliteStore::open(&config.store.path)
-                .with_context(|| format!("cannot migrate {name}"))?;
-            outln!(
-                "{name} is at the current schema ({})",
-                store.path().display()
-            );
+    let migrated = idemgate::migrate(&config.store)
+        .await
+        .with_context(|| format!("cannot migrate {name}"))?;
+    match migrated {
+        idemgate::Migrated::Sqlite { path } => {
+            outln!("{name} is at the current schema ({})", path.display());
         }
-        StoreKind::Postgres => {
-            let report = idemgate_postgres::migrate(&idemgate_gateway::store::pg_config(&config))
-                .await
-                .with_context(|| format!("cannot migrate {name}"))?;
-            if report.applied.is_empty() {
-                outln!("{name} is already at schema version {}", report.version);
-            } else {
-                outln!(
-                    "{name}: applied migrations {:?}; now at schema version {}",
-                    report.applied,
-                    report.version
-                );
-            }
+        idemgate::Migrated::Postgres { applied, version } if applied.is_empty() => {
+            outln!("{name} is already at schema version {version}");
         }
-        StoreKind::Redis => outln!("{name} has no schema to migrate"),
+        idemgate::Migrated::Postgres { applied, version } => {
+            outln!("{name}: applied migrations {applied:?}; now at schema version {version}")
+        }
+        idemgate::Migrated::Redis => outln!("{name} has no schema to migrate"),
     }
     Ok(())
 }
@@ -327,7 +318,7 @@ pub(crate) async fn lookup(
     let known =
         view.record.is_some() || !view.history.is_empty() || store.has_source(&source).await?;
     if json {
-        let mut doc = idemgate_gateway::api::view_json(&view);
+        let mut doc = json!(idemgate::EventReport::from(&view));
         doc["source_known"] = json!(known);
         outln!("{doc}");
         return Ok(());

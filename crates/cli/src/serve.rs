@@ -64,8 +64,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// A start-up failure: a configuration the gateway cannot use is a usage error (exit 2); a store
 /// it cannot reach is a runtime failure (exit 1).
 fn start_error(e: idemgate_gateway::StartError) -> anyhow::Error {
+    use idemgate::OpenError;
     use idemgate_gateway::StartError;
-    use idemgate_gateway::store::OpenError;
     match e {
         StartError::Config(e) => Usage(e.to_string()).into(),
         StartError::Store(e @ (OpenError::Config { .. } | OpenError::NotBuilt { .. })) => {
@@ -78,7 +78,7 @@ fn start_error(e: idemgate_gateway::StartError) -> anyhow::Error {
 /// The store, as the start-up line names it (`the embedded SQLite store in ./idemgate-data`,
 /// `PostgreSQL schema "idemgate" behind a Redis tier`).
 fn describe(config: &Config, engine: &str) -> String {
-    use idemgate_gateway::config::StoreKind;
+    use idemgate::StoreKind;
     let base = match config.store.kind {
         StoreKind::Sqlite => format!(
             "the embedded SQLite store in {}",

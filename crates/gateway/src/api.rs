@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimOutcome, ClaimToken, EventId, EventView, Fingerprint, Key};
+use idemgate_core::{ClaimOutcome, ClaimToken, EventId, Fingerprint, Key};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -136,7 +136,7 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     if let Some(lease_s) = &req.lease_s {
         claim.lease = lease(lease_s, src.policy.ttl.ttl)?;
     }
-    let outcome = state.claim(src, claim).await?;
+    let outcome = state.claim(claim).await?;
     Ok(match outcome {
         ClaimOutcome::Claimed {
             token,
@@ -238,34 +238,8 @@ pub(crate) async fn event(
     // still reads the events of a source removed from the config).
     let (_, key) = key(&state, &source, &event_id)?;
     let view = state.store.lookup(&key).await?;
-    Ok(with_outcome("lookup", Json(view_json(&view))))
-}
-
-/// An event's record and history as JSON.
-pub fn view_json(view: &EventView) -> serde_json::Value {
-    let processed = view
-        .history
-        .iter()
-        .find(|h| matches!(h.outcome, idemgate_core::HistoryOutcome::Completed));
-    json!({
-        "source": view.key.source.as_str(),
-        "event_id": view.key.event_id.as_str(),
-        "processed_at": processed.map(|h| h.at.to_string()),
-        "first_seen": view.history.first().map(|h| h.at.to_string()),
-        "record": view.record.as_ref().map(|r| json!({
-            "state": r.state.as_str(),
-            "attempt": r.attempt,
-            "first_seen": r.first_seen.to_string(),
-            "lease_until": r.lease_until.map(|t| t.to_string()),
-            "expires_at": r.expires_at.to_string(),
-            "fingerprint": r.fingerprint.map(|f| f.to_hex()),
-        })),
-        "history": view.history.iter().map(|h| json!({
-            "outcome": h.outcome.as_str(),
-            "attempt": h.attempt,
-            "at": h.at.to_string(),
-            "gap_ms": h.gap.map(|g| g.as_millis() as u64),
-            "fingerprint": h.fingerprint.map(|f| f.to_hex()),
-        })).collect::<Vec<_>>(),
-    })
+    Ok(with_outcome(
+        "lookup",
+        Json(idemgate::EventReport::from(&view)),
+    ))
 }

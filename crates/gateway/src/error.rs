@@ -155,18 +155,4 @@ pub(crate) fn problem_with(
     response
 }
 
-/// Displays an error with its sources: `a: b: c`.
-#[derive(Debug)]
-pub struct ErrorChain<'a>(pub &'a dyn std::error::Error);
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
-    }
-}
+pub use idemgate::ErrorChain;

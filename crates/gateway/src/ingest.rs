@@ -18,7 +18,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemgate_core::{ClaimMode, ClaimOutcome, ClaimToken, Fingerprint, Key};
+use idemgate::{Claimed, Once, ProcessError};
+use idemgate_core::{Fingerprint, Key};
 use idemgate_providers::{
     GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
 };
@@ -27,7 +28,6 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{ConfigError, OnConflict, SourceConfig};
 use crate::error::{AppError, ErrorChain, OUTCOME};
-use crate::finish::Finish;
 use crate::forward::{self, Delivery, Failure};
 use crate::{AppState, Source};
 
@@ -75,31 +75,60 @@ async fn receive(
     };
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     let key = Key::new(src.name.clone(), verified.event_id);
-    if state.finisher.completing(&key) {
-        // Processed here; the store has not taken the completion yet (see `finish`).
-        return Ok(answer(
+    let claim = src.claim_request(key).fingerprint(fingerprint);
+    // One caller of `process_once`: forward (or just accept) under the claim; a 2xx completes
+    // it, anything else releases it so the sender's retry is processed.
+    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    let once = state
+        .dedup
+        .process_once(claim, |claimed: Claimed| async move {
+            let attempt = claimed.token.attempt;
+            let Some(url) = &src.forward_url else {
+                return Ok((attempt, None));
+            };
+            let delivery = Delivery {
+                key: &claimed.token.key,
+                attempt,
+                content_type: content_type.as_ref(),
+            };
+            forward::forward(&state.client, url, body, delivery, src.forward_timeout)
+                .await
+                .map(|status| (attempt, Some(status)))
+        })
+        .await;
+    match once {
+        Ok(Once::Processed((attempt, None))) => Ok(answer(
             StatusCode::OK,
-            "duplicate",
-            json!({ "outcome": "duplicate", "completion": "pending" }),
-        ));
-    }
-    let outcome = state
-        .claim(src, src.claim_request(key.clone()).fingerprint(fingerprint))
-        .await?;
-    match outcome {
-        ClaimOutcome::Claimed { token, .. } => process(state, src, token, body, headers).await,
-        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(answer(
+            "accepted",
+            json!({ "outcome": "accepted", "attempt": attempt }),
+        )),
+        // The downstream has it: the sender is told so, whatever the store said of the
+        // completion (one it missed is retried until it takes it).
+        Ok(Once::Processed((attempt, Some(status)))) => Ok(answer(
+            StatusCode::OK,
+            "forwarded",
+            json!({ "outcome": "forwarded", "attempt": attempt, "downstream_status": status }),
+        )),
+        Ok(Once::LateDuplicate { first_seen }) => Ok(answer(
             StatusCode::OK,
             "late-duplicate",
             json!({ "outcome": "late_duplicate", "first_seen": first_seen.to_string() }),
         )),
-        ClaimOutcome::Duplicate { first_seen, .. } => Ok(answer(
+        Ok(Once::Duplicate {
+            first_seen: Some(first_seen),
+        }) => Ok(answer(
             StatusCode::OK,
             "duplicate",
             json!({ "outcome": "duplicate", "first_seen": first_seen.to_string() }),
         )),
-        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
-        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
+        // Processed here a moment ago; the store has not taken the completion yet.
+        Ok(Once::Duplicate { first_seen: None }) => Ok(answer(
+            StatusCode::OK,
+            "duplicate",
+            json!({ "outcome": "duplicate", "completion": "pending" }),
+        )),
+        Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
+        Ok(Once::Conflict { first_seen }) => match src.on_conflict {
             OnConflict::Duplicate => Ok(answer(
                 StatusCode::OK,
                 "conflict",
@@ -107,76 +136,17 @@ async fn receive(
             )),
             OnConflict::Reject => Err(AppError::Conflict { first_seen }),
         },
-    }
-}
-
-/// Runs a won claim to its end: forward and complete, or release.
-async fn process(
-    state: &AppState,
-    src: &Source,
-    token: ClaimToken,
-    body: Bytes,
-    headers: &HeaderMap,
-) -> Result<Response, AppError> {
-    let Some(url) = &src.forward_url else {
-        if src.mode == ClaimMode::OnSuccess {
-            state
-                .finisher
-                .finish(&state.store, &token, Finish::Complete, src.policy.lease)
-                .await?;
-        }
-        return Ok(answer(
-            StatusCode::OK,
-            "accepted",
-            json!({ "outcome": "accepted", "attempt": token.attempt }),
-        ));
-    };
-    let guard = ReleaseOnDrop::new(state, &token, src.policy.lease);
-    let delivery = Delivery {
-        key: &token.key,
-        attempt: token.attempt,
-        content_type: headers.get(header::CONTENT_TYPE),
-    };
-    let result = forward::forward(&state.client, url, body, delivery, src.forward_timeout).await;
-    guard.disarm();
-    match result {
-        Ok(status) => {
-            // The downstream has it: the sender is told so, whatever the store says. A store
-            // that fails has the completion retried in the background until it takes it.
-            if let Err(e) = state
-                .finisher
-                .finish(&state.store, &token, Finish::Complete, src.policy.lease)
-                .await
-            {
-                // The claim was lost (its lease lapsed and another delivery took it over, or it
-                // expired): the downstream's own Idempotency-Key check is the last line.
-                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "forwarded, but the claim could not be completed");
+        Err(ProcessError::Store(e)) => Err(e.into()),
+        Err(ProcessError::Failed(failure)) => Err(match failure {
+            Failure::Status(status) => AppError::ForwardFailed { status },
+            Failure::Unreachable(why) => {
+                tracing::warn!(source = %src.name, error = %why, "downstream unreachable");
+                AppError::ForwardUnreachable
             }
-            Ok(answer(
-                StatusCode::OK,
-                "forwarded",
-                json!({ "outcome": "forwarded", "attempt": token.attempt, "downstream_status": status }),
-            ))
-        }
-        Err(failure) => {
-            if let Err(e) = state
-                .finisher
-                .finish(&state.store, &token, Finish::Release, src.policy.lease)
-                .await
-            {
-                tracing::warn!(source = %token.key.source, error = %ErrorChain(&e), "cannot release a failed forward's claim");
-            }
-            Err(match failure {
-                Failure::Status(status) => AppError::ForwardFailed { status },
-                Failure::Unreachable(why) => {
-                    tracing::warn!(source = %token.key.source, error = %why, "downstream unreachable");
-                    AppError::ForwardUnreachable
-                }
-                Failure::Timeout => AppError::ForwardTimeout {
-                    timeout: src.forward_timeout,
-                },
-            })
-        }
+            Failure::Timeout => AppError::ForwardTimeout {
+                timeout: src.forward_timeout,
+            },
+        }),
     }
 }
 
@@ -313,33 +283,4 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         .map(|s| Secret::new(s.as_bytes()))
         .collect();
     Verifier::new(scheme, secrets, sc.tolerance).map_err(|e| sc.invalid("secrets", e.to_string()))
-}
-
-/// Releases a claim if dropped before [`ReleaseOnDrop::disarm`]: the request was cancelled while
-/// the downstream had the delivery.
-struct ReleaseOnDrop {
-    armed: Option<(AppState, ClaimToken, std::time::Duration)>,
-}
-
-impl ReleaseOnDrop {
-    fn new(state: &AppState, token: &ClaimToken, lease: std::time::Duration) -> Self {
-        Self {
-            armed: Some((state.clone(), token.clone(), lease)),
-        }
-    }
-
-    fn disarm(mut self) {
-        self.armed = None;
-    }
-}
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        if let Some((state, token, lease)) = self.armed.take() {
-            tracing::info!(source = %token.key.source, attempt = token.attempt, "releasing the claim of a dropped request");
-            state
-                .finisher
-                .retry(state.store.clone(), token, Finish::Release, lease);
-        }
-    }
 }

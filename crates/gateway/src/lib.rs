@@ -4,8 +4,8 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML configuration, validated once at load.
-//! - [`store`]: [`AnyStore`], the engine chosen at start (SQLite by default, PostgreSQL behind
-//!   the `postgres` feature, in-memory for tests).
+//! - the store: [`AnyStore`] and [`Dedup`](idemgate::Dedup) from the `idemgate` facade, which
+//!   chooses the engine at start (SQLite by default, PostgreSQL and Redis behind features).
 //! - `state`: [`AppState`], what every handler shares, and the one place each outcome is logged
 //!   and counted.
 //! - `server`: [`run`] and [`serve`]: the accept loop (a connection cap, header timeouts,
@@ -14,9 +14,6 @@
 //!   (413), each request is bounded in time (408), and early answers say `Connection: close`.
 //! - `ingest`: `POST /hooks/{source}`: body limit, signature, event id, fingerprint, claim, then
 //!   forward (or acknowledge) and complete, or release so the sender retries.
-//! - `finish`: completions and releases the store did not take at once, retried in the
-//!   background until it does (a forwarded event is never forwarded again because its
-//!   completion was lost).
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
 //! - `admin`: `/healthz` (a real round trip to the store) and `/metrics` (Prometheus).
@@ -27,10 +24,8 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod metrics;
-pub mod store;
 
 mod admin;
-mod finish;
 mod forward;
 mod guard;
 mod ingest;
@@ -45,7 +40,7 @@ pub use crate::config::Config;
 pub use crate::ingest::verifier;
 pub use crate::server::{StartError, open, run, serve};
 pub use crate::state::{AppState, Inner, Source};
-pub use crate::store::AnyStore;
+pub use idemgate::{AnyStore, store};
 
 /// The router: every route, the body limit and the request timeout.
 pub fn app(state: AppState) -> Router {

@@ -56,7 +56,7 @@ pub async fn run(
 pub async fn open(config: &Config) -> Result<AppState, StartError> {
     // The verifiers first: a configuration error is found without touching the store.
     AppState::new(config, AnyStore::memory(), None)?;
-    let store = AnyStore::open(config).await?;
+    let store = AnyStore::open(&config.store).await?;
     // The tier is reached now, so a Redis that is down is said at start; the gateway still
     // serves, from the store alone, until it is back.
     if let Some(Err(e)) = store.ping_tier().await {
@@ -109,14 +109,14 @@ pub async fn serve(
     let result = accept_loop(listener, app(state.clone()), &state, shutdown).await;
     // Claims of requests dropped above, and completions the store did not take at once, are
     // finished by background retries: give them a bounded time.
-    let pending = state.finisher.pending();
+    let pending = state.dedup.finisher().pending();
     if pending > 0 {
         tracing::info!(
             pending,
             "waiting for completions and releases the store has not taken yet"
         );
     }
-    state.finisher.drain(Duration::from_secs(10)).await;
+    state.dedup.shutdown(Duration::from_secs(10)).await;
     cancel.cancel();
     let _ = sweeper.await;
     let _ = retention.await;

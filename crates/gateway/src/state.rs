@@ -6,18 +6,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use idemgate_core::store::ClaimStore;
+use idemgate::{AnyStore, Dedup};
 use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName,
+    ClaimMode, ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName, StoreError,
 };
 use idemgate_providers::Verifier;
 
 use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy};
 use crate::error::{self, AppError};
-use crate::finish::Finisher;
 use crate::forward;
 use crate::metrics::{Metrics, RowCounts};
-use crate::store::AnyStore;
 
 /// A configured source, ready to serve.
 #[derive(Debug)]
@@ -54,17 +52,16 @@ pub struct AppState(Arc<Inner>);
 #[derive(Debug)]
 pub struct Inner {
     pub sources: HashMap<String, Source>,
+    /// Claims, the work around them, and the retries of what the store did not take at once.
+    pub dedup: Dedup,
+    /// The store beneath (the same as the `dedup`'s).
     pub store: AnyStore,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     api_tokens: Vec<String>,
     pub(crate) limits: Limits,
     /// `/openapi.json`, with the configured source names.
     pub(crate) openapi: String,
     pub(crate) client: forward::Client,
-    /// Completions and releases the store did not take at once, retried until it does.
-    pub(crate) finisher: Finisher,
-    /// This process's instance and boot, put on every claim.
-    holder: Option<Holder>,
     /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
     rows: Mutex<Option<(Instant, RowCounts)>>,
 }
@@ -100,16 +97,23 @@ impl AppState {
             }
             sources.insert(sc.name.clone(), source);
         }
+        let metrics = Arc::new(Metrics::default());
+        let mut dedup = Dedup::builder(store.clone()).on_claim({
+            let metrics = metrics.clone();
+            move |req, result, took| observe_claim(&metrics, req, result, took)
+        });
+        if let Some(holder) = holder {
+            dedup = dedup.holder(holder);
+        }
         Ok(Self(Arc::new(Inner {
             sources,
+            dedup: dedup.build(),
             store,
-            metrics: Metrics::default(),
+            metrics,
             api_tokens: config.api_tokens.clone(),
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             client: forward::client(),
-            finisher: Finisher::default(),
-            holder,
             rows: Mutex::default(),
         })))
     }
@@ -157,45 +161,12 @@ impl AppState {
         }
     }
 
-    /// Claims through the store, timing it and counting the outcome: the one place a claim's
-    /// outcome is logged and counted.
+    /// Claims through the store (timed, counted and logged by [`observe_claim`]).
     ///
     /// # Errors
     /// The store's error, as [`AppError::Store`].
-    pub async fn claim(
-        &self,
-        source: &Source,
-        req: ClaimRequest,
-    ) -> Result<ClaimOutcome, AppError> {
-        let req = match &self.holder {
-            Some(holder) => req.holder(holder.clone()),
-            None => req,
-        };
-        let started = Instant::now();
-        let result = self.store.claim(req).await;
-        self.metrics.claim_latency(started.elapsed());
-        let outcome = result?;
-        let late = match &outcome {
-            ClaimOutcome::Claimed {
-                late_duplicate: Some(first_seen),
-                ..
-            }
-            | ClaimOutcome::LateDuplicate { first_seen, .. } => Some(*first_seen),
-            _ => None,
-        };
-        if let Some(first_seen) = late {
-            // A delivery after its record expired, of an event processed before: the TTL was too
-            // short, or a request was replayed.
-            self.metrics.late_duplicate(source.name.as_str());
-            tracing::warn!(
-                source = %source.name,
-                policy = source.late_duplicates.as_str(),
-                %first_seen,
-                "late duplicate"
-            );
-        }
-        tracing::debug!(source = %source.name, outcome = outcome.name(), "claim");
-        Ok(outcome)
+    pub async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, AppError> {
+        Ok(self.dedup.claim(req).await?)
     }
 
     /// Logs and counts a finished request by its `Idemgate-Outcome`: the one place each outcome
@@ -243,6 +214,38 @@ impl AppState {
             }
         }
     }
+}
+
+/// Hears every claim: the one place a claim's latency and a late duplicate are counted and
+/// logged.
+fn observe_claim(
+    metrics: &Metrics,
+    req: &ClaimRequest,
+    result: Result<&ClaimOutcome, &StoreError>,
+    took: Duration,
+) {
+    metrics.claim_latency(took);
+    let Ok(outcome) = result else {
+        return;
+    };
+    let source = &req.key.source;
+    if let ClaimOutcome::Claimed {
+        late_duplicate: Some(first_seen),
+        ..
+    }
+    | ClaimOutcome::LateDuplicate { first_seen, .. } = outcome
+    {
+        // A delivery after its record expired, of an event processed before: the TTL was too
+        // short, or a request was replayed.
+        metrics.late_duplicate(source.as_str());
+        tracing::warn!(
+            source = %source,
+            policy = req.late_duplicates.as_str(),
+            %first_seen,
+            "late duplicate"
+        );
+    }
+    tracing::debug!(source = %source, outcome = outcome.name(), "claim");
 }
 
 /// Outcomes as `'static` labels. The set is closed (every value comes from this crate); anything

@@ -4,7 +4,7 @@
 //! errors that name the key; durations are human (`90s`, `10m`, `3d`); each source's TTL is
 //! validated against its delivery contract at load, so a TTL below the retry window never starts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use figment::Figment;
@@ -110,198 +110,6 @@ pub fn check_listen(key: &'static str, listen: &str) -> Result<(), ConfigError> 
             ),
         })
     }
-}
-
-/// Which store holds the claims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum StoreKind {
-    #[default]
-    Sqlite,
-    Postgres,
-    /// Redis (standalone or Cluster) as the only store, for scale-out; history is best-effort.
-    Redis,
-}
-
-impl StoreKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Sqlite => "sqlite",
-            Self::Postgres => "postgres",
-            Self::Redis => "redis",
-        }
-    }
-}
-
-/// `[store.redis]`: with `kind = "redis"` the store itself; with another kind, a tier in front of
-/// it that answers known duplicates from Redis (a Redis that forgets can only cost a round trip).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSection {
-    /// A standalone server, `redis://host:port`.
-    pub url: Option<String>,
-    /// Or the seed nodes of a Redis Cluster.
-    #[serde(default)]
-    pub cluster_nodes: Vec<String>,
-    /// Prefix of every key idemgate writes.
-    #[serde(default = "default_redis_prefix")]
-    pub key_prefix: String,
-    /// Store mode: run even under an evicting `maxmemory-policy` (an evicted record lets a
-    /// duplicate through).
-    #[serde(default)]
-    pub allow_eviction: bool,
-    /// Store mode: how long each event's history outlives its record in Redis (late-duplicate
-    /// detection and `idemgate lookup` reach this far). Default 7 days: Redis memory is dear.
-    /// `store.history_retention` still trims the sources' history streams.
-    #[serde(default, with = "human_opt")]
-    pub history_retention: Option<Duration>,
-}
-
-fn default_redis_prefix() -> String {
-    "idemgate:".to_owned()
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    #[serde(default)]
-    pub kind: StoreKind,
-    /// The SQLite data directory.
-    #[serde(default = "default_path")]
-    pub path: PathBuf,
-    /// The PostgreSQL URL (`kind = "postgres"`).
-    pub url: Option<String>,
-    /// PostgreSQL tuning and expiry.
-    #[serde(default)]
-    pub postgres: PostgresConfig,
-    /// Redis: the store (`kind = "redis"`) or a tier in front of the SQL store.
-    pub redis: Option<RedisSection>,
-    /// How often expired dedup records are swept.
-    #[serde(default = "default_sweep_interval", with = "human")]
-    pub sweep_interval: Duration,
-    /// How long history is kept (PostgreSQL drops whole months past it; SQLite deletes in
-    /// bounded batches). Never touches live dedup records.
-    #[serde(default = "default_history_retention", with = "human")]
-    pub history_retention: Duration,
-    /// How often history past its retention is removed.
-    #[serde(default = "default_history_interval", with = "human")]
-    pub history_interval: Duration,
-}
-
-impl StoreConfig {
-    /// How each sweep run deletes: `[store.postgres]` sweep_batch and sweep_pause (they apply to
-    /// every engine that deletes in batches).
-    pub fn sweep_options(&self) -> idemgate_core::sweep::SweepOptions {
-        idemgate_core::sweep::SweepOptions {
-            batch: std::num::NonZeroU32::new(self.postgres.sweep_batch)
-                .unwrap_or(std::num::NonZeroU32::MIN),
-            pause: self.postgres.sweep_pause,
-        }
-    }
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            kind: StoreKind::default(),
-            path: default_path(),
-            url: None,
-            postgres: PostgresConfig::default(),
-            redis: None,
-            sweep_interval: default_sweep_interval(),
-            history_retention: default_history_retention(),
-            history_interval: default_history_interval(),
-        }
-    }
-}
-
-fn default_path() -> PathBuf {
-    PathBuf::from("./idemgate-data")
-}
-
-fn default_sweep_interval() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn default_history_interval() -> Duration {
-    Duration::from_secs(3_600)
-}
-
-/// How dedup records expire in PostgreSQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ExpiryMode {
-    #[default]
-    Batched,
-    Partitioned,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresConfig {
-    /// The schema holding idemgate's tables (created by the migrations).
-    #[serde(default = "default_schema")]
-    pub schema: String,
-    /// Most claims in one group-committed statement.
-    #[serde(default = "default_batch_max")]
-    pub batch_max: u32,
-    /// How long a batch waits for more claims.
-    #[serde(default = "default_batch_linger", with = "human")]
-    pub batch_linger: Duration,
-    /// Connections in the pool.
-    #[serde(default = "default_pool_size")]
-    pub pool_size: u32,
-    #[serde(default)]
-    pub expiry: ExpiryMode,
-    /// Rows per sweep batch (`batched` expiry).
-    #[serde(default = "default_sweep_batch")]
-    pub sweep_batch: u32,
-    /// Pause between sweep batches.
-    #[serde(default = "default_sweep_pause", with = "human")]
-    pub sweep_pause: Duration,
-    /// Width of a dedup partition (`partitioned` expiry); must divide a day evenly.
-    #[serde(default = "default_partition_width", with = "human")]
-    pub partition_width: Duration,
-}
-
-impl Default for PostgresConfig {
-    fn default() -> Self {
-        Self {
-            schema: default_schema(),
-            batch_max: default_batch_max(),
-            batch_linger: default_batch_linger(),
-            pool_size: default_pool_size(),
-            expiry: ExpiryMode::default(),
-            sweep_batch: default_sweep_batch(),
-            sweep_pause: default_sweep_pause(),
-            partition_width: default_partition_width(),
-        }
-    }
-}
-
-fn default_schema() -> String {
-    "idemgate".to_owned()
-}
-fn default_batch_max() -> u32 {
-    256
-}
-fn default_batch_linger() -> Duration {
-    Duration::from_micros(200)
-}
-fn default_pool_size() -> u32 {
-    16
-}
-fn default_sweep_batch() -> u32 {
-    5_000
-}
-fn default_sweep_pause() -> Duration {
-    Duration::from_millis(50)
-}
-fn default_partition_width() -> Duration {
-    Duration::from_secs(86_400)
-}
-fn default_history_retention() -> Duration {
-    Duration::from_secs(400 * 86_400)
 }
 
 /// Request limits.
@@ -762,24 +570,10 @@ impl Config {
                 });
             }
         }
-        if let Some(redis) = &self.store.redis
-            && redis.url.is_some() != redis.cluster_nodes.is_empty()
-        {
+        for e in self.store.problems() {
             problems.push(ConfigError::Global {
-                key: "store.redis.url",
-                why: "set url (standalone) or cluster_nodes (Cluster), one of the two".into(),
-            });
-        }
-        if self.store.kind == StoreKind::Redis && self.store.redis.is_none() {
-            problems.push(ConfigError::Global {
-                key: "store.redis",
-                why: "required when store.kind = \"redis\"".into(),
-            });
-        }
-        if self.store.kind == StoreKind::Postgres && self.store.url.is_none() {
-            problems.push(ConfigError::Global {
-                key: "store.url",
-                why: "required when store.kind = \"postgres\"".into(),
+                key: e.key,
+                why: e.why,
             });
         }
         if let Err(e) = check_listen("listen", &self.listen) {
@@ -841,28 +635,5 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// Human durations (`90s`, `10m`, `3d`) in serde.
-mod human {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "invalid duration {text:?}: {e} (expected a number and a unit, such as 90s, 10m, 4h or 3d)"
-            ))
-        })
-    }
-}
-
-mod human_opt {
-    use std::time::Duration;
-
-    use serde::Deserializer;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        super::human::deserialize(d).map(Some)
-    }
-}
+pub use idemgate::config::{ExpiryMode, PostgresConfig, RedisSection, StoreConfig, StoreKind};
+use idemgate::duration::{human, human_opt};

@@ -311,8 +311,8 @@ impl TestCluster {
 
 /// Cases on any store-mode harness beyond the conformance suite.
 pub mod cases {
-    use std::num::NonZeroU32;
     use idemgate_core::HistoryRetention;
+    use std::num::NonZeroU32;
     use std::time::Duration;
 
     use idemgate_core::testkit::Harness;

@@ -2,11 +2,11 @@
 //! handlers stay generic-free and each engine keeps its own crate), optionally behind a Redis tier
 //! that answers known duplicates without touching SQL.
 
-use idemgate_core::HistoryRetention;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use idemgate_core::HistoryRetention;
 use idemgate_core::advise::Observation;
 use idemgate_core::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
@@ -20,7 +20,7 @@ use idemgate_core::{
     not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
     allow(unused_imports)
 )]
-use crate::config::{Config, StoreKind as Kind};
+use crate::config::{StoreConfig as Config, StoreKind as Kind};
 
 /// One of the engines.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ pub enum OpenError {
 }
 
 impl AnyStore {
-    /// Opens the store `config.store` describes (migrating it if needed), behind a Redis tier when
+    /// Opens the store `config` describes (migrating it if needed), behind a Redis tier when
     /// `[store.redis]` is set and the kind is not `redis`.
     ///
     /// # Errors
@@ -110,7 +110,7 @@ impl AnyStore {
         Self::open_as(config, false).await
     }
 
-    /// Opens the store `config.store` describes only if it exists at the current schema,
+    /// Opens the store `config` describes only if it exists at the current schema,
     /// creating and migrating nothing (for the tools that read or sweep; only `migrate` and
     /// `serve` create or upgrade a schema).
     ///
@@ -122,7 +122,7 @@ impl AnyStore {
 
     async fn open_as(config: &Config, existing: bool) -> Result<Self, OpenError> {
         let engine = Engine::open(config, existing).await?;
-        match (&config.store.redis, config.store.kind) {
+        match (&config.redis, config.kind) {
             #[cfg(feature = "redis")]
             (Some(redis), kind) if kind != Kind::Redis => {
                 let tier = redis.tier_config()?;
@@ -176,7 +176,7 @@ impl AnyStore {
             Self::Tiered(t) => Some(
                 t.ping_tier()
                     .await
-                    .map_err(|e| crate::error::ErrorChain(&e).to_string()),
+                    .map_err(|e| crate::ErrorChain(&e).to_string()),
             ),
             Self::Plain(_) => None,
         }
@@ -193,17 +193,21 @@ impl AnyStore {
 }
 
 impl Engine {
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(unused_variables)
+    )]
     async fn open(config: &Config, existing: bool) -> Result<Self, OpenError> {
-        match config.store.kind {
+        match config.kind {
             #[cfg(feature = "sqlite")]
             Kind::Sqlite => if existing {
-                idemgate_sqlite::SqliteStore::open_existing(&config.store.path, Default::default())
+                idemgate_sqlite::SqliteStore::open_existing(&config.path, Default::default())
             } else {
-                idemgate_sqlite::SqliteStore::open(&config.store.path)
+                idemgate_sqlite::SqliteStore::open(&config.path)
             }
             .map(Self::Sqlite)
             .map_err(|source| OpenError::Sqlite {
-                path: config.store.path.display().to_string(),
+                path: config.path.display().to_string(),
                 source,
             }),
             #[cfg(feature = "postgres")]
@@ -216,7 +220,7 @@ impl Engine {
             .map_err(OpenError::Postgres),
             #[cfg(feature = "redis")]
             Kind::Redis => {
-                let redis = config.store.redis.as_ref().ok_or(OpenError::Config {
+                let redis = config.redis.as_ref().ok_or(OpenError::Config {
                     key: "store.redis",
                     why: "required when store.kind = \"redis\"".into(),
                 })?;
@@ -246,14 +250,58 @@ impl Engine {
     }
 }
 
-/// The PostgreSQL store's settings from the gateway's config.
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Migrated {
+    /// The SQLite store, at the current schema (created or upgraded if it was not).
+    Sqlite { path: std::path::PathBuf },
+    /// The PostgreSQL schema: the versions applied now (none when it was up to date).
+    Postgres { applied: Vec<i64>, version: i64 },
+    /// Redis keeps no schema.
+    Redis,
+}
+
+/// Creates or upgrades the store's schema (PostgreSQL: under an advisory lock, all or nothing),
+/// as `serve` does at start; `idemgate migrate`.
+///
+/// # Errors
+/// [`OpenError`] naming the store.
+pub async fn migrate(config: &Config) -> Result<Migrated, OpenError> {
+    match config.kind {
+        #[cfg(feature = "sqlite")]
+        Kind::Sqlite => idemgate_sqlite::SqliteStore::open(&config.path)
+            .map(|s| Migrated::Sqlite {
+                path: s.path().to_owned(),
+            })
+            .map_err(|source| OpenError::Sqlite {
+                path: config.path.display().to_string(),
+                source,
+            }),
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => idemgate_postgres::migrate(&pg_config(config))
+            .await
+            .map(|r| Migrated::Postgres {
+                applied: r.applied,
+                version: r.version,
+            })
+            .map_err(OpenError::Postgres),
+        Kind::Redis => Ok(Migrated::Redis),
+        #[allow(unreachable_patterns)]
+        kind => Err(OpenError::NotBuilt {
+            kind: kind.name(),
+            feature: kind.name(),
+        }),
+    }
+}
+
+/// The PostgreSQL store's settings from `[store]`.
 #[cfg(feature = "postgres")]
-pub fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
+pub(crate) fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     use std::num::NonZeroUsize;
 
     use crate::config::ExpiryMode;
-    let p = &config.store.postgres;
-    let mut pg = idemgate_postgres::PgConfig::new(config.store.url.clone().unwrap_or_default());
+    let p = &config.postgres;
+    let mut pg = idemgate_postgres::PgConfig::new(config.url.clone().unwrap_or_default());
     let nz = |n: u32, d: usize| {
         NonZeroUsize::new(n as usize).unwrap_or(NonZeroUsize::new(d).expect("non-zero"))
     };
@@ -261,7 +309,7 @@ pub fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     pg.pool_size = nz(p.pool_size, 16);
     pg.batch_max = nz(p.batch_max, 256);
     pg.batch_linger = p.batch_linger;
-    pg.history_retention = config.store.history_retention;
+    pg.history_retention = config.history_retention;
     pg.expiry = match p.expiry {
         ExpiryMode::Batched => idemgate_postgres::Expiry::Batched {
             batch: NonZeroU32::new(p.sweep_batch).unwrap_or(NonZeroU32::MIN),

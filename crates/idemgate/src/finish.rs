@@ -30,12 +30,12 @@ use idemgate_core::{ClaimToken, Key, StoreError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::error::ErrorChain;
+use crate::ErrorChain;
 use crate::store::AnyStore;
 
 /// What to do with a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Finish {
+pub enum Finish {
     /// The event was processed: mark the record done.
     Complete,
     /// Processing failed: delete the record so the sender's retry is processed.
@@ -57,7 +57,7 @@ const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// The background retries of completions and releases.
 #[derive(Debug, Default)]
-pub(crate) struct Finisher {
+pub struct Finisher {
     tasks: TaskTracker,
     /// Cancelled when shutdown gives up waiting.
     abandon: CancellationToken,
@@ -88,7 +88,7 @@ impl Finisher {
     /// # Errors
     /// [`StoreError::StaleToken`]: the claim is no longer this token's (taken over, released or
     /// expired); nothing is retried.
-    pub(crate) async fn finish(
+    pub async fn finish(
         &self,
         store: &AnyStore,
         token: &ClaimToken,
@@ -114,7 +114,7 @@ impl Finisher {
 
     /// Starts the background retry of `what` for `token` without trying first (a request was
     /// dropped and its claim must be released).
-    pub(crate) fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
+    pub fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
         let abandon = self.abandon.clone();
         let completing = (what == Finish::Complete).then(|| {
             self.completing
@@ -179,7 +179,7 @@ impl Finisher {
     }
 
     /// Waits up to `grace` for the pending retries, then abandons the rest (each logged).
-    pub(crate) async fn drain(&self, grace: Duration) {
+    pub async fn drain(&self, grace: Duration) {
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())
             .await
@@ -191,7 +191,7 @@ impl Finisher {
     }
 
     /// Whether `key`'s completion is being retried: the event was processed.
-    pub(crate) fn completing(&self, key: &Key) -> bool {
+    pub fn completing(&self, key: &Key) -> bool {
         self.completing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -199,7 +199,7 @@ impl Finisher {
     }
 
     /// Retries not yet taken by the store.
-    pub(crate) fn pending(&self) -> usize {
+    pub fn pending(&self) -> usize {
         self.tasks.len()
     }
 }

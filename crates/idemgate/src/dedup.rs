@@ -1,0 +1,353 @@
+//! [`Dedup`]: claim, process, complete or release, with everything in between handled.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, Holder, StoreError, Timestamp,
+};
+
+use crate::ErrorChain;
+use crate::config::StoreConfig;
+use crate::finish::{Finish, Finisher};
+use crate::store::{AnyStore, OpenError};
+
+/// What [`Dedup::process_once`] did with an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Once<T> {
+    /// This call processed it: the work ran and succeeded, and the claim is (or, if the store
+    /// failed just then, is being) completed.
+    Processed(T),
+    /// Processed before, within its TTL: nothing ran. `first_seen` is the first receipt, `None`
+    /// when this process answered by itself (it processed the event a moment ago and the store
+    /// has not taken the completion yet).
+    Duplicate { first_seen: Option<Timestamp> },
+    /// The record had expired, but history shows the event processed before, and the request's
+    /// [`LateDuplicates::Reject`](crate::LateDuplicates::Reject) says not to run it again.
+    LateDuplicate { first_seen: Timestamp },
+    /// Another caller is processing it under a live lease: ask again after `retry_after`.
+    InFlight { retry_after: Duration },
+    /// A live record of this id has a different payload fingerprint: nothing ran.
+    Conflict { first_seen: Timestamp },
+}
+
+/// Why [`Dedup::process_once`] did not process an event.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError<E> {
+    /// The claim could not be made (the store failed): nothing ran; try again later.
+    #[error("the claim could not be made")]
+    Store(#[source] StoreError),
+    /// The work failed; its claim was released, so the next delivery of the event is processed.
+    #[error("the work failed")]
+    Failed(E),
+}
+
+/// What the work is told of its claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The fencing token: `attempt` is 1 on first receipt, more after a takeover.
+    pub token: ClaimToken,
+    /// When the record expires, by the store's clock.
+    pub expires_at: Timestamp,
+    /// Under [`LateDuplicates::Flag`](crate::LateDuplicates::Flag): the first receipt of an event
+    /// processed before whose record had expired (a TTL too short, or a replay).
+    pub late_duplicate: Option<Timestamp>,
+}
+
+/// Hears every claim: what was asked, what the store answered (or why it failed), and how long
+/// it took. For metrics and logs.
+pub type ClaimObserver =
+    dyn Fn(&ClaimRequest, Result<&ClaimOutcome, &StoreError>, Duration) + Send + Sync;
+
+/// Exactly-once processing on a store: [`Dedup::process_once`].
+///
+/// Cheap to clone; clones share the store and the background retries of completions and
+/// releases (await [`Dedup::shutdown`] before the process exits).
+#[derive(Clone)]
+pub struct Dedup {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: AnyStore,
+    finisher: Finisher,
+    holder: Option<Holder>,
+    observer: Option<Box<ClaimObserver>>,
+}
+
+impl std::fmt::Debug for Dedup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dedup")
+            .field("store", &self.inner.store.engine())
+            .field("holder", &self.inner.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dedup {
+    /// On an open store.
+    pub fn new(store: AnyStore) -> Self {
+        Self::build(store, None, None)
+    }
+
+    /// Opens (creating or migrating if needed) the store `config` describes.
+    ///
+    /// # Errors
+    /// [`OpenError`] naming the store.
+    pub async fn open(config: &StoreConfig) -> Result<Self, OpenError> {
+        Ok(Self::new(AnyStore::open(config).await?))
+    }
+
+    /// A `Dedup` with more than a store: a holder, a claim observer.
+    pub fn builder(store: AnyStore) -> DedupBuilder {
+        DedupBuilder {
+            store,
+            holder: None,
+            observer: None,
+        }
+    }
+
+    fn build(
+        store: AnyStore,
+        holder: Option<Holder>,
+        observer: Option<Box<ClaimObserver>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                finisher: Finisher::default(),
+                holder,
+                observer,
+            }),
+        }
+    }
+
+    /// The store beneath.
+    pub fn store(&self) -> &AnyStore {
+        &self.inner.store
+    }
+
+    /// The background retries of completions and releases the store did not take at once.
+    pub fn finisher(&self) -> &Finisher {
+        &self.inner.finisher
+    }
+
+    /// One claim, with this process's holder, heard by the observer. For callers that run the
+    /// rest themselves (the HTTP claim API); most want [`Dedup::process_once`].
+    ///
+    /// # Errors
+    /// The store's error; the claim then did not happen.
+    pub async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let req = match &self.inner.holder {
+            Some(holder) => req.holder(holder.clone()),
+            None => req,
+        };
+        let started = Instant::now();
+        let result = self.inner.store.claim(req.clone()).await;
+        if let Some(observe) = &self.inner.observer {
+            observe(&req, result.as_ref(), started.elapsed());
+        }
+        result
+    }
+
+    /// Processes the event `req` names at most once within its TTL (exactly once, as long as
+    /// the process does not die between the work's success and the completion's commit):
+    ///
+    /// 1. claims it; a duplicate, an event in flight, a conflict or a rejected late duplicate
+    ///    comes back as such, and `work` does not run;
+    /// 2. runs `work` with the claim, renewing the lease every third of it while the work runs;
+    /// 3. `Ok`: completes the claim (a store that fails then is retried in the background, and
+    ///    meanwhile this `Dedup` answers the event's deliveries as duplicates itself) and answers
+    ///    [`Once::Processed`]; `Err`: releases the claim so the next delivery is processed, and
+    ///    answers [`ProcessError::Failed`]. A panic in `work`, or this future dropped while the
+    ///    work runs (a client that hung up, a timeout), releases it too.
+    ///
+    /// In [`ClaimMode::OnReceipt`] the claim itself marks the event processed, so its other
+    /// deliveries are duplicates while the work runs: nothing is renewed or completed, but a
+    /// failure still releases the claim, so that the sender's retry runs the work again.
+    ///
+    /// # Errors
+    /// [`ProcessError::Store`] when the claim could not be made; [`ProcessError::Failed`] with
+    /// the work's error.
+    pub async fn process_once<T, E, F, Fut>(
+        &self,
+        req: ClaimRequest,
+        work: F,
+    ) -> Result<Once<T>, ProcessError<E>>
+    where
+        F: FnOnce(Claimed) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        if self.inner.finisher.completing(&req.key) {
+            return Ok(Once::Duplicate { first_seen: None });
+        }
+        let (mode, lease) = (req.mode, req.lease);
+        let claimed = match self.claim(req).await.map_err(ProcessError::Store)? {
+            ClaimOutcome::Claimed {
+                token,
+                expires_at,
+                late_duplicate,
+            } => Claimed {
+                token,
+                expires_at,
+                late_duplicate,
+            },
+            ClaimOutcome::Duplicate { first_seen, .. } => {
+                return Ok(Once::Duplicate {
+                    first_seen: Some(first_seen),
+                });
+            }
+            ClaimOutcome::LateDuplicate { first_seen, .. } => {
+                return Ok(Once::LateDuplicate { first_seen });
+            }
+            ClaimOutcome::InFlight { retry_after } => return Ok(Once::InFlight { retry_after }),
+            ClaimOutcome::Conflict { first_seen } => return Ok(Once::Conflict { first_seen }),
+        };
+        let token = claimed.token.clone();
+        let guard = ReleaseOnDrop::new(self, &token, lease);
+        let result = match mode {
+            ClaimMode::OnSuccess => self.run_renewing(&token, lease, work(claimed)).await,
+            // The record is done already: no lease to keep.
+            ClaimMode::OnReceipt => work(claimed).await,
+        };
+        guard.disarm();
+        let (what, outcome) = match result {
+            // Marked on receipt: nothing left to complete.
+            Ok(value) if mode == ClaimMode::OnReceipt => return Ok(Once::Processed(value)),
+            Ok(value) => (Finish::Complete, Ok(Once::Processed(value))),
+            Err(e) => (Finish::Release, Err(ProcessError::Failed(e))),
+        };
+        if let Err(e) = self
+            .inner
+            .finisher
+            .finish(&self.inner.store, &token, what, lease)
+            .await
+        {
+            // The claim is no longer this token's: its lease lapsed and another delivery took it
+            // over, or it expired. Nothing of ours to finish.
+            tracing::warn!(
+                source = %token.key.source,
+                attempt = token.attempt,
+                error = %ErrorChain(&e),
+                "the claim was lost before it could be finished"
+            );
+        }
+        outcome
+    }
+
+    /// Runs `work`, renewing `token`'s lease every third of `lease` until it ends.
+    async fn run_renewing<T>(
+        &self,
+        token: &ClaimToken,
+        lease: Duration,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let every = (lease / 3).max(Duration::from_millis(50));
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut renewing = true;
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                result = &mut work => return result,
+                _ = ticks.tick(), if renewing => {
+                    match self.inner.store.renew(token, lease).await {
+                        Ok(_) => {}
+                        Err(StoreError::StaleToken { .. }) => {
+                            tracing::warn!(
+                                source = %token.key.source,
+                                attempt = token.attempt,
+                                "the claim was taken over while its work ran"
+                            );
+                            renewing = false;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %ErrorChain(&e), "cannot renew a lease; trying again");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits up to `grace` for completions and releases still being retried (see [`Finisher`]).
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.finisher.drain(grace).await;
+    }
+}
+
+/// Builds a [`Dedup`] ([`Dedup::builder`]).
+pub struct DedupBuilder {
+    store: AnyStore,
+    holder: Option<Holder>,
+    observer: Option<Box<ClaimObserver>>,
+}
+
+impl std::fmt::Debug for DedupBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DedupBuilder")
+            .field("store", &self.store.engine())
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DedupBuilder {
+    /// Records `holder` (this process's instance and boot, from
+    /// [`Instances::register_boot`](crate::Instances::register_boot)) with every claim, so that a
+    /// restart of the same instance frees its claims at once.
+    #[must_use]
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// Calls `observer` after every claim (metrics, logs).
+    #[must_use]
+    pub fn on_claim(
+        mut self,
+        observer: impl Fn(&ClaimRequest, Result<&ClaimOutcome, &StoreError>, Duration)
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.observer = Some(Box::new(observer));
+        self
+    }
+
+    pub fn build(self) -> Dedup {
+        Dedup::build(self.store, self.holder, self.observer)
+    }
+}
+
+/// Releases a claim if dropped before [`ReleaseOnDrop::disarm`]: the work panicked, or the
+/// future running it was dropped.
+struct ReleaseOnDrop {
+    armed: Option<(Dedup, ClaimToken, Duration)>,
+}
+
+impl ReleaseOnDrop {
+    fn new(dedup: &Dedup, token: &ClaimToken, lease: Duration) -> Self {
+        Self {
+            armed: Some((dedup.clone(), token.clone(), lease)),
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some((dedup, token, lease)) = self.armed.take() {
+            tracing::info!(source = %token.key.source, attempt = token.attempt, "releasing the claim of work that did not finish");
+            dedup
+                .inner
+                .finisher
+                .retry(dedup.inner.store.clone(), token, Finish::Release, lease);
+        }
+    }
+}

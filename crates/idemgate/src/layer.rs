@@ -1,0 +1,321 @@
+//! [`IdempotencyLayer`]: exactly-once around any tower service (an axum router, a hyper
+//! service): duplicates are answered without calling it, and a 5xx or an error releases the claim
+//! so the sender's retry is processed.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use idemgate::{Dedup, IdempotencyLayer, Scheme, Secret, SourceName, StoreConfig, Verifier};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let dedup = Dedup::open(&StoreConfig::default()).await?;
+//! let verifier = Verifier::new(
+//!     Scheme::Stripe,
+//!     vec![Secret::from("whsec_...")],
+//!     Verifier::DEFAULT_TOLERANCE,
+//! )?;
+//! let stripe = idemgate::layer::verified(
+//!     SourceName::new("stripe-live")?,
+//!     verifier,
+//!     Duration::from_secs(7 * 86_400),
+//! );
+//! // With axum: Router::new().route("/stripe", post(handler)).layer(layer)
+//! let layer = IdempotencyLayer::new(dedup, stripe);
+//! # drop(layer); Ok(()) }
+//! ```
+//!
+//! The handler finds its [`Claimed`] (the attempt number, a late duplicate) in the request's
+//! extensions.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use idemgate_core::{ClaimRequest, Fingerprint, Key, SourceName};
+use idemgate_providers::Verifier;
+use sha2::{Digest, Sha256};
+
+use crate::dedup::{Claimed, Dedup, Once, ProcessError};
+
+/// A response of the layer's own (a duplicate, a refusal), as problem+json or JSON.
+pub type Own = Full<Bytes>;
+
+/// Decides, from a request's head and body, which claim it is, or refuses it at once (a bad
+/// signature, no event id).
+pub type KeyFn =
+    dyn Fn(&http::request::Parts, &Bytes) -> Result<ClaimRequest, Refusal> + Send + Sync;
+
+/// A request the key function refuses: answered as a problem+json of `status` and `kind`, without
+/// a claim and without calling the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    /// The stable problem type and `Idemgate-Outcome` (`bad-signature`, `missing-event-id`).
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The layer. See the [module docs](self).
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    dedup: Dedup,
+    key: Arc<KeyFn>,
+    body_limit: usize,
+}
+
+impl std::fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("dedup", &self.dedup)
+            .field("body_limit", &self.body_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyLayer {
+    /// Claims each request as `key` says, on `dedup`. Bodies are read whole (up to 1 MiB by
+    /// default, [`IdempotencyLayer::body_limit`]) before the claim.
+    pub fn new(
+        dedup: Dedup,
+        key: impl Fn(&http::request::Parts, &Bytes) -> Result<ClaimRequest, Refusal>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self {
+            dedup,
+            key: Arc::new(key),
+            body_limit: 1 << 20,
+        }
+    }
+
+    /// The largest body read; a larger one is answered 413.
+    #[must_use]
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = Idempotent<S>;
+
+    fn layer(&self, inner: S) -> Idempotent<S> {
+        Idempotent {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`IdempotencyLayer`] wraps around `S`.
+#[derive(Debug, Clone)]
+pub struct Idempotent<S> {
+    inner: S,
+    layer: IdempotencyLayer,
+}
+
+/// How the inner service's answer failed.
+enum Failed<R, E> {
+    /// It answered 5xx: passed on to the sender, the claim released.
+    Status(R),
+    /// It failed outright: passed on as the error, the claim released.
+    Service(E),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, ReqB, ResB> tower_service::Service<Request<ReqB>> for Idempotent<S>
+where
+    S: tower_service::Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqB: http_body::Body + From<Bytes> + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Into<BoxError>,
+    ResB: Send + 'static,
+{
+    type Response = Response<Either<ResB, Own>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone that was polled ready serves this call; the new one waits for its turn.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let bytes = match Limited::new(body, layer.body_limit).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) => {
+                    let too_large = e
+                        .downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some();
+                    return Ok(if too_large {
+                        problem(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            "body-too-large",
+                            "the body is larger than the limit",
+                        )
+                    } else {
+                        problem(
+                            StatusCode::BAD_REQUEST,
+                            "body-unreadable",
+                            "the body could not be read",
+                        )
+                    }
+                    .map(Either::Right));
+                }
+            };
+            let claim = match (layer.key)(&parts, &bytes) {
+                Ok(claim) => claim,
+                Err(no) => return Ok(problem(no.status, no.kind, &no.detail).map(Either::Right)),
+            };
+            let once = layer
+                .dedup
+                .process_once(claim, |claimed: Claimed| async move {
+                    let mut req = Request::from_parts(parts, ReqB::from(bytes));
+                    req.extensions_mut().insert(claimed);
+                    match inner.call(req).await {
+                        Ok(response) if response.status().is_server_error() => {
+                            Err(Failed::Status(response))
+                        }
+                        Ok(response) => Ok(response),
+                        Err(e) => Err(Failed::Service(e)),
+                    }
+                })
+                .await;
+            Ok(match once {
+                Ok(Once::Processed(response)) => response.map(Either::Left),
+                Ok(Once::Duplicate { first_seen }) => answer(
+                    StatusCode::OK,
+                    "duplicate",
+                    serde_json::json!({
+                        "outcome": "duplicate",
+                        "first_seen": first_seen.map(|t| t.to_string()),
+                    }),
+                ),
+                Ok(Once::LateDuplicate { first_seen }) => answer(
+                    StatusCode::OK,
+                    "late-duplicate",
+                    serde_json::json!({
+                        "outcome": "late_duplicate",
+                        "first_seen": first_seen.to_string(),
+                    }),
+                ),
+                Ok(Once::InFlight { retry_after }) => {
+                    let mut r = problem(
+                        StatusCode::CONFLICT,
+                        "in-flight",
+                        "another delivery of this event is being processed",
+                    );
+                    r.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        HeaderValue::from(retry_after.as_secs().max(1)),
+                    );
+                    r.map(Either::Right)
+                }
+                Ok(Once::Conflict { .. }) => problem(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    "this event id was first received with a different payload",
+                )
+                .map(Either::Right),
+                Err(ProcessError::Failed(Failed::Status(response))) => response.map(Either::Left),
+                Err(ProcessError::Failed(Failed::Service(e))) => return Err(e),
+                Err(ProcessError::Store(e)) => {
+                    tracing::error!(error = %crate::ErrorChain(&e), "the claim could not be made");
+                    let mut r = problem(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store-unavailable",
+                        "the store is unavailable",
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    r.map(Either::Right)
+                }
+            })
+        })
+    }
+}
+
+fn answer<L>(
+    status: StatusCode,
+    outcome: &'static str,
+    body: serde_json::Value,
+) -> Response<Either<L, Own>> {
+    let mut r = Response::new(Either::Right(Full::new(Bytes::from(body.to_string()))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert("idemgate-outcome", HeaderValue::from_static(outcome));
+    r
+}
+
+/// A problem+json answer (RFC 9457) with `Idemgate-Outcome: kind`.
+pub fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response<Own> {
+    let body = serde_json::json!({
+        "type": format!("urn:idemgate:problem:{kind}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    r.headers_mut()
+        .insert("idemgate-outcome", HeaderValue::from_static(kind));
+    r
+}
+
+/// The key function of a webhook source: verifies the delivery's signature with `verifier`
+/// (any of the provider schemes, with its secrets and tolerance), takes the event id where the
+/// scheme carries it, and claims `source:id` under `ttl` (the lease: a minute, or the TTL if
+/// shorter), with the body's SHA-256 as the fingerprint. A bad signature is 401, a missing or bad
+/// event id 400, each as a problem.
+pub fn verified(
+    source: SourceName,
+    verifier: Verifier,
+    ttl: Duration,
+) -> impl Fn(&http::request::Parts, &Bytes) -> Result<ClaimRequest, Refusal> + Send + Sync + 'static
+{
+    let lease = Duration::from_secs(60).min(ttl);
+    move |parts, body| {
+        let verified = verifier
+            .verify(&parts.headers, body, SystemTime::now())
+            .map_err(|e| {
+                let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+                Refusal::new(status, e.kind(), crate::ErrorChain(&e).to_string())
+            })?;
+        let key = Key::new(source.clone(), verified.event_id);
+        Ok(
+            ClaimRequest::new(key, lease, ttl)
+                .fingerprint(Fingerprint(Sha256::digest(body).into())),
+        )
+    }
+}

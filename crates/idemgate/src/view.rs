@@ -1,0 +1,78 @@
+//! One event as the API and the CLI show it: [`EventReport`], "did we process it, and when?".
+
+use serde::Serialize;
+
+use crate::{EventView, HistoryOutcome};
+
+/// An event's live record (if any) and whole history, oldest first, ready to serialize.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventReport {
+    pub source: String,
+    pub event_id: String,
+    /// The first completion (or mark-on-receipt claim) in history, if any.
+    pub processed_at: Option<String>,
+    /// The first delivery history holds.
+    pub first_seen: Option<String>,
+    pub record: Option<RecordReport>,
+    pub history: Vec<HistoryReport>,
+}
+
+/// The live dedup record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordReport {
+    pub state: &'static str,
+    pub attempt: u32,
+    pub first_seen: String,
+    pub lease_until: Option<String>,
+    pub expires_at: String,
+    pub fingerprint: Option<String>,
+    /// The instance and boot holding a processing claim.
+    pub holder: Option<String>,
+}
+
+/// One history row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryReport {
+    pub outcome: &'static str,
+    pub attempt: Option<u32>,
+    pub at: String,
+    pub gap_ms: Option<u64>,
+    pub fingerprint: Option<String>,
+}
+
+impl From<&EventView> for EventReport {
+    fn from(view: &EventView) -> Self {
+        let processed = view
+            .history
+            .iter()
+            .find(|h| h.processed || h.outcome == HistoryOutcome::Completed);
+        Self {
+            source: view.key.source.as_str().to_owned(),
+            event_id: view.key.event_id.as_str().to_owned(),
+            processed_at: processed.map(|h| h.at.to_string()),
+            first_seen: view.history.first().map(|h| h.at.to_string()),
+            record: view.record.as_ref().map(|r| RecordReport {
+                state: r.state.as_str(),
+                attempt: r.attempt,
+                first_seen: r.first_seen.to_string(),
+                lease_until: r.lease_until.map(|t| t.to_string()),
+                expires_at: r.expires_at.to_string(),
+                fingerprint: r.fingerprint.map(|f| f.to_hex()),
+                holder: r.holder.as_ref().map(ToString::to_string),
+            }),
+            history: view
+                .history
+                .iter()
+                .map(|h| HistoryReport {
+                    outcome: h.outcome.as_str(),
+                    attempt: h.attempt,
+                    at: h.at.to_string(),
+                    gap_ms: h
+                        .gap
+                        .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX)),
+                    fingerprint: h.fingerprint.map(|f| f.to_hex()),
+                })
+                .collect(),
+        }
+    }
+}
