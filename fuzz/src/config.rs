@@ -35,7 +35,7 @@ pub fn run_toml(data: &[u8]) {
                     assert_shown(&e);
                 }
             }
-            if let Err(e) = AppState::new(&config, AnyStore::memory()) {
+            if let Err(e) = AppState::new(&config, AnyStore::memory(), None) {
                 assert_shown(&e);
             }
         }

@@ -1,0 +1,165 @@
+//! `IdempotencyLayer` around an axum router: duplicates answered without calling the handler, a
+//! 5xx releasing the claim, refusals from the key function, and a verified provider scheme.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use http_body_util::BodyExt;
+use idemgate::layer::{Refusal, verified};
+use idemgate::{
+    AnyStore, ClaimRequest, Claimed, Dedup, IdempotencyLayer, Key, Scheme, Secret, SourceName,
+    Verifier,
+};
+use tower::ServiceExt;
+
+/// A handler that counts its calls and answers with the attempt, or 500 while `fail` is set.
+fn app(calls: Arc<AtomicUsize>, fail: Arc<AtomicUsize>, layer: IdempotencyLayer) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/hook",
+            post(move |claimed: axum::Extension<Claimed>| {
+                let (calls, fail) = (calls.clone(), fail.clone());
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if fail.load(Ordering::SeqCst) > 0 {
+                        fail.fetch_sub(1, Ordering::SeqCst);
+                        return (StatusCode::INTERNAL_SERVER_ERROR, "down".to_owned());
+                    }
+                    (StatusCode::OK, format!("attempt {}", claimed.token.attempt))
+                }
+            }),
+        )
+        .layer(layer)
+}
+
+/// The event id from an `x-id` header.
+fn by_header(
+    parts: &axum::http::request::Parts,
+    _body: &bytes::Bytes,
+) -> Result<ClaimRequest, Refusal> {
+    let id = parts
+        .headers
+        .get("x-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "missing-event-id", "no x-id"))?;
+    let key = Key::parse("bus", id)
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid-event-id", e.to_string()))?;
+    Ok(ClaimRequest::new(
+        key,
+        Duration::from_secs(60),
+        Duration::from_secs(3_600),
+    ))
+}
+
+async fn send(app: &axum::Router, id: Option<&str>) -> (StatusCode, String, String) {
+    let mut req = Request::post("/hook");
+    if let Some(id) = id {
+        req = req.header("x-id", id);
+    }
+    let response = app
+        .clone()
+        .oneshot(req.body(Body::from("{}")).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let outcome = response
+        .headers()
+        .get("idemgate-outcome")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, outcome, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn duplicates_are_answered_without_calling_the_service() {
+    let (calls, fail) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let layer = IdempotencyLayer::new(Dedup::new(AnyStore::memory()), by_header);
+    let app = app(calls.clone(), fail, layer);
+    assert_eq!(
+        send(&app, Some("e-1")).await,
+        (StatusCode::OK, String::new(), "attempt 1".into())
+    );
+    let (status, outcome, _) = send(&app, Some("e-1")).await;
+    assert_eq!((status, outcome.as_str()), (StatusCode::OK, "duplicate"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_5xx_is_passed_on_and_releases_the_claim() {
+    let (calls, fail) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(1)));
+    let layer = IdempotencyLayer::new(Dedup::new(AnyStore::memory()), by_header);
+    let app = app(calls.clone(), fail, layer);
+    let (status, _, body) = send(&app, Some("e-2")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, "down")
+    );
+    // The retry is processed (a fresh claim).
+    assert_eq!(send(&app, Some("e-2")).await.0, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_key_functions_refusal_is_a_problem_and_calls_nothing() {
+    let (calls, fail) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let layer = IdempotencyLayer::new(Dedup::new(AnyStore::memory()), by_header);
+    let app = app(calls.clone(), fail, layer);
+    let (status, outcome, body) = send(&app, None).await;
+    assert_eq!(
+        (status, outcome.as_str()),
+        (StatusCode::BAD_REQUEST, "missing-event-id")
+    );
+    assert!(
+        body.contains("urn:idemgate:problem:missing-event-id"),
+        "{body}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_stripe_source_verifies_signatures_and_takes_the_body_id() {
+    let verifier = || {
+        Verifier::new(
+            Scheme::Stripe,
+            vec![Secret::from("whsec_layer_test")],
+            Verifier::DEFAULT_TOLERANCE,
+        )
+        .unwrap()
+    };
+    let key = verified(
+        SourceName::new("stripe-live").unwrap(),
+        verifier(),
+        Duration::from_secs(7 * 86_400),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Dedup::new(AnyStore::memory()), key);
+    let app = app(calls.clone(), Arc::new(AtomicUsize::new(0)), layer);
+    let body = r#"{"id":"evt_layer_1","object":"event"}"#;
+    let signed = verifier()
+        .sign("evt_layer_1", SystemTime::now(), body.as_bytes())
+        .unwrap();
+    let request = |headers: &axum::http::HeaderMap| {
+        let mut req = Request::post("/hook");
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        req.body(Body::from(body)).unwrap()
+    };
+    let r = app.clone().oneshot(request(&signed)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = app.clone().oneshot(request(&signed)).await.unwrap();
+    assert_eq!(r.headers()["idemgate-outcome"], "duplicate");
+    // A forged signature is refused before any claim.
+    let r = app
+        .clone()
+        .oneshot(request(&axum::http::HeaderMap::new()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
