@@ -2,7 +2,7 @@
 //! cleared three ways, each in a fresh schema:
 //!
 //! - one unbounded `DELETE FROM dedup WHERE expires_at < now()` (batched-mode schema);
-//! - idemgate's batched sweeper: one [`PgStore::sweep_run`] with the store's default batch (5000)
+//! - idemgate's batched sweeper: one `Sweep::sweep_run` of the `PgStore` with the store's default batch (5000)
 //!   and pause (50 ms), until a batch deletes nothing (batched-mode schema);
 //! - partition drop: one `sweep_run` of a partitioned-mode store (default width, one day), whose
 //!   partition maintenance drops every dedup partition whose upper bound has passed.

@@ -9,7 +9,7 @@
 //! # Layout
 //!
 //! - [`scenarios`]: the scenarios, each a fault script over a [`run::Run`].
-//! - [`run`]: one scenario run: downstream, gateways, senders, the finish and the verdict.
+//! - [`run`](mod@run): one scenario run: downstream, gateways, senders, the finish and the verdict.
 //! - [`load`]: the senders (signed deliveries, retries with backoff, deadlines).
 //! - [`downstream`]: the counting HTTP server the gateways forward to, with its faults.
 //! - [`gateway`]: `idemgate serve` processes (config, start, SIGKILL, restart, logs).

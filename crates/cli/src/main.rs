@@ -127,7 +127,7 @@ pub(crate) struct StoreArgs {
     /// `migrate` only: the partition width of a new partitioned PostgreSQL schema.
     #[arg(long, default_value = "1d", value_parser = parse_duration)]
     pub partition_width: Duration,
-    /// Take the store from this config file (its [store] table) [default: IDEMGATE_CONFIG].
+    /// Take the store from this config file (its `[store]` table) [default: IDEMGATE_CONFIG].
     #[arg(long)]
     pub config: Option<PathBuf>,
 }

@@ -13,7 +13,7 @@
 //!   expiry decision uses the store's own time.
 //! - [`policy`]: a source's [`DeliveryContract`] and the [`TtlPolicy`] computed from it
 //!   (TTL = retry window + queue lag + clock skew + replay margin), with its validation.
-//! - [`presets`]: the built-in provider presets, each with its figure, source and date checked.
+//! - [`presets`](mod@presets): the built-in provider presets, each with its figure, source and date checked.
 //! - [`claim`]: requests, outcomes, tokens, records and history rows.
 //! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],

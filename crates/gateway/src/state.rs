@@ -161,7 +161,7 @@ impl AppState {
         }
     }
 
-    /// Claims through the store (timed, counted and logged by [`observe_claim`]).
+    /// Claims through the store (timed, counted and logged in one place, `observe_claim`).
     ///
     /// # Errors
     /// The store's error, as [`AppError::Store`].

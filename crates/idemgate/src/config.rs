@@ -12,7 +12,9 @@ use crate::duration::{human, human_opt};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {why}")]
 pub struct StoreConfigError {
+    /// The key, as written in the configuration (`store.url`).
     pub key: &'static str,
+    /// What is wrong with it.
     pub why: String,
 }
 
@@ -20,14 +22,17 @@ pub struct StoreConfigError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
+    /// The embedded SQLite store (the default): one file in `path`.
     #[default]
     Sqlite,
+    /// PostgreSQL at `url`.
     Postgres,
     /// Redis (standalone or Cluster) as the only store, for scale-out; history is best-effort.
     Redis,
 }
 
 impl StoreKind {
+    /// The kind as written in the configuration.
     pub fn name(self) -> &'static str {
         match self {
             Self::Sqlite => "sqlite",
@@ -65,9 +70,11 @@ fn default_redis_prefix() -> String {
     "idemgate:".to_owned()
 }
 
+/// `[store]`: which engine holds the claims, and how it is tuned and swept.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
+    /// `sqlite` (default), `postgres` or `redis`.
     #[serde(default)]
     pub kind: StoreKind,
     /// The SQLite data directory.
@@ -161,11 +168,14 @@ fn default_history_interval() -> Duration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ExpiryMode {
+    /// Bounded batched deletes of expired rows.
     #[default]
     Batched,
+    /// Range partitions on `expires_at`, dropped whole.
     Partitioned,
 }
 
+/// `[store.postgres]`: the PostgreSQL store's tuning and expiry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
@@ -181,6 +191,7 @@ pub struct PostgresConfig {
     /// Connections in the pool.
     #[serde(default = "default_pool_size")]
     pub pool_size: u32,
+    /// How expired records leave (fixed when the schema is created).
     #[serde(default)]
     pub expiry: ExpiryMode,
     /// Rows per sweep batch (`batched` expiry).

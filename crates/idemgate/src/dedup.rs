@@ -23,14 +23,26 @@ pub enum Once<T> {
     /// Processed before, within its TTL: nothing ran. `first_seen` is the first receipt, `None`
     /// when this process answered by itself (it processed the event a moment ago and the store
     /// has not taken the completion yet).
-    Duplicate { first_seen: Option<Timestamp> },
+    Duplicate {
+        /// The first receipt.
+        first_seen: Option<Timestamp>,
+    },
     /// The record had expired, but history shows the event processed before, and the request's
     /// [`LateDuplicates::Reject`](crate::LateDuplicates::Reject) says not to run it again.
-    LateDuplicate { first_seen: Timestamp },
+    LateDuplicate {
+        /// The first receipt, long ago.
+        first_seen: Timestamp,
+    },
     /// Another caller is processing it under a live lease: ask again after `retry_after`.
-    InFlight { retry_after: Duration },
+    InFlight {
+        /// Until the other caller's lease ends.
+        retry_after: Duration,
+    },
     /// A live record of this id has a different payload fingerprint: nothing ran.
-    Conflict { first_seen: Timestamp },
+    Conflict {
+        /// The first receipt of the other payload.
+        first_seen: Timestamp,
+    },
 }
 
 /// Why [`Dedup::process_once`] did not process an event.
@@ -317,6 +329,7 @@ impl DedupBuilder {
         self
     }
 
+    /// The `Dedup`.
     pub fn build(self) -> Dedup {
         Dedup::build(self.store, self.holder, self.observer)
     }

@@ -53,13 +53,16 @@ pub type KeyFn =
 /// a claim and without calling the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The answer's status (400, 401, ...).
     pub status: StatusCode,
     /// The stable problem type and `Idemgate-Outcome` (`bad-signature`, `missing-event-id`).
     pub kind: &'static str,
+    /// What was wrong, for a person.
     pub detail: String,
 }
 
 impl Refusal {
+    /// A refusal of `status`, problem type `kind`, saying `detail`.
     pub fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,

@@ -1,3 +1,4 @@
+#![deny(missing_docs)]
 //! idemgate as a library: each webhook or event processed once, inside your own service.
 //!
 //! Senders retry deliveries for hours or days; a receiver must process each event once.

@@ -27,10 +27,13 @@ use crate::config::{StoreConfig as Config, StoreKind as Kind};
 pub enum Engine {
     /// In memory: for tests and trying things out; nothing survives the process.
     Memory(MemoryStore),
+    /// The embedded SQLite store (feature `sqlite`).
     #[cfg(feature = "sqlite")]
     Sqlite(idemgate_sqlite::SqliteStore),
+    /// PostgreSQL (feature `postgres`).
     #[cfg(feature = "postgres")]
     Postgres(idemgate_postgres::PgStore),
+    /// Redis or Redis Cluster as the store (feature `redis`).
     #[cfg(feature = "redis")]
     Redis(idemgate_redis::RedisStore),
 }
@@ -38,7 +41,9 @@ pub enum Engine {
 /// The store the gateway uses: an engine, or an engine behind a Redis tier.
 #[derive(Debug, Clone)]
 pub enum AnyStore {
+    /// An engine on its own.
     Plain(Engine),
+    /// An engine behind a Redis tier that answers known duplicates (feature `redis`).
     #[cfg(feature = "redis")]
     Tiered(idemgate_redis::TieredStore<Engine>),
 }
@@ -79,23 +84,37 @@ macro_rules! either {
 /// Why the configured store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// SQLite refused (the directory, the file, a newer schema).
     #[error("cannot open the SQLite store in {path}")]
     Sqlite {
+        /// The data directory.
         path: String,
+        /// Why.
         #[source]
         source: StoreError,
     },
     #[cfg(feature = "postgres")]
     #[error("cannot open the PostgreSQL store")]
+    /// PostgreSQL refused (unreachable, a schema of another mode, ...).
     Postgres(#[source] idemgate_postgres::PgError),
     #[cfg(feature = "redis")]
     #[error("cannot open the Redis store")]
+    /// Redis refused (unreachable, an evicting policy, ...).
     Redis(#[source] idemgate_redis::RedisError),
     #[error("{key}: {why}")]
-    Config { key: &'static str, why: String },
+    /// A setting that cannot work.
+    Config {
+        /// The key, as written in the configuration.
+        key: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
     #[error("store.kind = {kind:?} needs the {feature:?} feature, which this build lacks")]
+    /// The store kind's feature is not compiled in.
     NotBuilt {
+        /// The configured kind.
         kind: &'static str,
+        /// The cargo feature it needs.
         feature: &'static str,
     },
 }
@@ -254,9 +273,17 @@ impl Engine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Migrated {
     /// The SQLite store, at the current schema (created or upgraded if it was not).
-    Sqlite { path: std::path::PathBuf },
+    Sqlite {
+        /// The database file.
+        path: std::path::PathBuf,
+    },
     /// The PostgreSQL schema: the versions applied now (none when it was up to date).
-    Postgres { applied: Vec<i64>, version: i64 },
+    Postgres {
+        /// Versions applied by this call, oldest first.
+        applied: Vec<i64>,
+        /// The schema's version now.
+        version: i64,
+    },
     /// Redis keeps no schema.
     Redis,
 }

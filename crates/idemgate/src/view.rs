@@ -7,24 +7,34 @@ use crate::{EventView, HistoryOutcome};
 /// An event's live record (if any) and whole history, oldest first, ready to serialize.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventReport {
+    /// The source name.
     pub source: String,
+    /// The sender's event id.
     pub event_id: String,
     /// The first completion (or mark-on-receipt claim) in history, if any.
     pub processed_at: Option<String>,
     /// The first delivery history holds.
     pub first_seen: Option<String>,
+    /// The live dedup record; `None` once released or expired.
     pub record: Option<RecordReport>,
+    /// Every delivery and state change, oldest first.
     pub history: Vec<HistoryReport>,
 }
 
 /// The live dedup record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordReport {
+    /// `processing` or `done`.
     pub state: &'static str,
+    /// The fencing attempt: 1, more after each takeover.
     pub attempt: u32,
+    /// The first receipt (RFC 3339).
     pub first_seen: String,
+    /// When a processing claim's lease ends.
     pub lease_until: Option<String>,
+    /// When the record expires, by the store's clock.
     pub expires_at: String,
+    /// The payload's SHA-256, hex.
     pub fingerprint: Option<String>,
     /// The instance and boot holding a processing claim.
     pub holder: Option<String>,
@@ -33,10 +43,15 @@ pub struct RecordReport {
 /// One history row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HistoryReport {
+    /// `claimed`, `duplicate`, `completed`, ... ([`HistoryOutcome`]).
     pub outcome: &'static str,
+    /// The attempt the row speaks of.
     pub attempt: Option<u32>,
+    /// When (RFC 3339, by the store's clock).
     pub at: String,
+    /// For answers about an existing record: the time since its first receipt.
     pub gap_ms: Option<u64>,
+    /// The delivery's payload SHA-256, hex.
     pub fingerprint: Option<String>,
 }
 

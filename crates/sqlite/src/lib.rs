@@ -4,7 +4,7 @@
 //!
 //! - One database file, `idemgate.db`, in the data directory, in WAL mode with
 //!   `synchronous = FULL`: a commit is on disk before anyone hears of it.
-//! - [`writer`]: one writer thread owns the only writing connection. Callers send it commands over
+//! - `writer`: one writer thread owns the only writing connection. Callers send it commands over
 //!   a channel; it takes every command waiting (up to `batch_max`), applies them in order in one
 //!   transaction (each in its own savepoint), commits once, and only then answers each caller.
 //!   Concurrent claims thus share one fsync (group commit), and two claims of one key in a batch
