@@ -186,6 +186,10 @@ pub fn run_duration(data: &[u8]) {
         }
         (Ok(d), Err(e)) => {
             let shown = ErrorChain(e).to_string();
+            // Some keys refuse zero (a request timeout of nothing), naming themselves.
+            if d.is_zero() && shown.contains(key.key) && shown.contains("above zero") {
+                return;
+            }
             assert!(
                 key.read.is_none(),
                 "{}: {value:?} is {d:?}, yet refused: {shown}",

@@ -16,7 +16,8 @@ fn is_source_name(s: &str) -> bool {
 
 /// 1 to 255 bytes of UTF-8 without control characters.
 fn is_event_id(s: &str) -> bool {
-    (1..=255).contains(&s.len()) && !s.chars().any(char::is_control)
+    // 1 to 255 characters (not bytes: the rule a JSON Schema maxLength states).
+    (1..=255).contains(&s.chars().count()) && !s.chars().any(char::is_control)
 }
 
 /// The input is up to three fields separated by `\n`: a source name, an event id (raw bytes),
