@@ -338,7 +338,7 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
             match outcome.as_str() {
                 "forwarded" => forwarded += 1,
                 "duplicate" => duplicates += 1,
-                "in-flight" => in_flight += 1,
+                "in_flight" => in_flight += 1,
                 _ => other += 1,
             }
         }

@@ -467,7 +467,7 @@ mod tests {
         let line = history(0, &[p(0, 1, via(1, 1), 260, 200)], &answers);
         assert_eq!(
             line,
-            "event 0: sent to g1 2 times from 0.0 ms -> in-flight until 0.1 ms; \
+            "event 0: sent to g1 2 times from 0.0 ms -> in_flight until 0.1 ms; \
              downstream got attempt 1 from g1/r1 at 0.3 ms -> 200 at 0.3 ms; \
              sent to g1 at 0.3 ms -> forwarded attempt 1 at 0.3 ms"
         );

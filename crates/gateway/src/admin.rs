@@ -8,11 +8,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::HistoryRetention;
 use idemgate_core::sweep::SweepOptions;
-use serde_json::json;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
-use crate::error::{ErrorChain, OUTCOME};
+use crate::error::{ErrorChain, Problem};
+use crate::outcome::Outcome;
 
 /// Each component, really touched: the store of record (a lookup), and the Redis tier (a
 /// `PING`) when there is one. The store failing is 503; the tier failing is `degraded`, still
@@ -21,49 +22,73 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let started = Instant::now();
     let store = state.store.ping().await;
     let store_ms = millis(started.elapsed());
-    let mut components = vec![json!({
-        "name": "store",
-        "engine": state.store.engine(),
-        "status": if store.is_ok() { "ok" } else { "down" },
-        "ms": store_ms,
-        "error": store.as_ref().err().map(|e| ErrorChain(e).to_string()),
-    })];
+    let mut components = vec![Component {
+        name: "store",
+        engine: Some(state.store.engine()),
+        status: if store.is_ok() { "ok" } else { "down" },
+        ms: store_ms,
+        error: store.as_ref().err().map(|e| ErrorChain(e).to_string()),
+    }];
     let started = Instant::now();
     let tier = state.store.ping_tier().await;
     if let Some(tier) = &tier {
-        components.push(json!({
-            "name": "redis-tier",
-            "status": if tier.is_ok() { "ok" } else { "down" },
-            "ms": millis(started.elapsed()),
-            "error": tier.as_ref().err(),
-        }));
+        components.push(Component {
+            name: "redis-tier",
+            engine: None,
+            status: if tier.is_ok() { "ok" } else { "down" },
+            ms: millis(started.elapsed()),
+            error: tier.as_ref().err().cloned(),
+        });
     }
     if let Err(e) = &store {
         tracing::error!(error = %ErrorChain(e), "health check: the store does not answer");
-        let mut response = crate::error::problem_with(
+        let mut problem = Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "store-unavailable",
+            Outcome::StoreUnavailable,
             "the store does not answer",
-            |body| body["components"] = json!(components),
         );
+        problem.components = serde_json::to_value(&components).ok();
+        let mut response = problem.into_response_with(Outcome::StoreUnavailable);
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     }
     let degraded = tier.as_ref().is_some_and(|t| t.is_err());
-    let mut response = Json(json!({
-        "status": if degraded { "degraded" } else { "ok" },
-        "store": state.store.engine(),
-        "store_ms": store_ms,
-        "components": components,
-    }))
-    .into_response();
-    response.headers_mut().insert(
-        OUTCOME,
-        HeaderValue::from_static(if degraded { "degraded" } else { "healthy" }),
-    );
-    response
+    let (status, outcome) = if degraded {
+        ("degraded", Outcome::Degraded)
+    } else {
+        ("ok", Outcome::Healthy)
+    };
+    outcome.on(Json(Health {
+        status,
+        store: state.store.engine(),
+        store_ms,
+        components,
+    })
+    .into_response())
+}
+
+/// `/healthz`'s answer.
+#[derive(Debug, Serialize)]
+struct Health {
+    /// `ok`, or `degraded` when a component other than the store is down.
+    status: &'static str,
+    /// The store's engine (`sqlite`, `postgres+redis`, ...).
+    store: &'static str,
+    store_ms: f64,
+    components: Vec<Component>,
+}
+
+/// One component of `/healthz`, really touched.
+#[derive(Debug, Serialize)]
+struct Component {
+    name: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine: Option<&'static str>,
+    status: &'static str,
+    ms: f64,
+    error: Option<String>,
 }
 
 /// Milliseconds, to the microsecond.
@@ -93,10 +118,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
-    response
-        .headers_mut()
-        .insert(OUTCOME, HeaderValue::from_static("metrics"));
-    response
+    Outcome::Metrics.on(response)
 }
 
 pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
@@ -105,27 +127,15 @@ pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    response
-        .headers_mut()
-        .insert(OUTCOME, HeaderValue::from_static("openapi"));
-    response
+    Outcome::Openapi.on(response)
 }
 
 pub(crate) async fn not_found() -> Response {
-    let body = json!({
-        "type": "urn:idemgate:problem:not-found",
-        "title": "Not Found",
-        "status": 404,
-        "detail": "no such route; webhooks go to POST /hooks/{source}",
-    });
-    let mut response = (StatusCode::NOT_FOUND, body.to_string()).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(OUTCOME, HeaderValue::from_static("not-found"));
-    response
+    crate::error::problem(
+        StatusCode::NOT_FOUND,
+        Outcome::NotFound,
+        "no such route; webhooks go to POST /hooks/{source}",
+    )
 }
 
 /// History retention, on its own schedule: every `every`, history rows older than `retention`

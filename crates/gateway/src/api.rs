@@ -8,14 +8,15 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::store::ClaimStore;
 use idemgate_core::{ClaimOutcome, ClaimToken, EventId, Fingerprint, Key};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::error::{AppError, OUTCOME};
+use crate::error::AppError;
+use crate::outcome::{Outcome, labelled};
 use crate::{AppState, Source};
 
 /// The routes this module serves, as `(method, path)`; `/openapi.json` must describe exactly these.
@@ -65,7 +66,7 @@ fn lease(lease_s: &serde_json::Number, ttl: Duration) -> Result<Duration, AppErr
         .filter(|f| f.fract() == 0.0 && *f >= 1.0)
         .ok_or_else(|| {
             bad(
-                "invalid-lease",
+                Outcome::InvalidLease,
                 format!("lease_s must be a whole number of seconds from 1, not {lease_s}"),
             )
         })?;
@@ -74,24 +75,55 @@ fn lease(lease_s: &serde_json::Number, ttl: Duration) -> Result<Duration, AppErr
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
     serde_json::from_slice(body).map_err(|e| AppError::BadRequest {
-        kind: "invalid-json",
+        kind: Outcome::InvalidJson,
         detail: format!("the body is not the JSON this route takes: {e}"),
     })
 }
 
-fn bad(kind: &'static str, e: impl std::fmt::Display) -> AppError {
+fn bad(kind: Outcome, e: impl std::fmt::Display) -> AppError {
     AppError::BadRequest {
         kind,
         detail: e.to_string(),
     }
 }
 
-fn with_outcome(outcome: &'static str, response: impl IntoResponse) -> Response {
-    let mut response = response.into_response();
-    response
-        .headers_mut()
-        .insert(OUTCOME, HeaderValue::from_static(outcome));
-    response
+/// The answer to a claim.
+#[derive(Debug, Serialize)]
+struct ClaimAnswer {
+    outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<String>,
+    /// Claimed: when history shows the event processed before its record expired.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    late_duplicate_of: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_seen: Option<String>,
+    /// Duplicate: the record's state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
+}
+
+impl ClaimAnswer {
+    fn new(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            token: None,
+            attempt: None,
+            expires_at: None,
+            late_duplicate_of: None,
+            first_seen: None,
+            state: None,
+        }
+    }
+
+    fn into_response(self, status: StatusCode) -> Response {
+        let outcome = self.outcome;
+        outcome.on((status, Json(self)).into_response())
+    }
 }
 
 /// The configured source, and the validated key.
@@ -101,7 +133,7 @@ fn key<'a>(
     event_id: &str,
 ) -> Result<(&'a Source, Key), AppError> {
     let src = state.source(source)?;
-    let event_id = EventId::new(event_id).map_err(|e| bad("invalid-event-id", e))?;
+    let event_id = EventId::new(event_id).map_err(|e| bad(Outcome::InvalidEventId, e))?;
     Ok((src, Key::new(src.name.clone(), event_id)))
 }
 
@@ -121,9 +153,7 @@ pub(crate) async fn create_claim(
         }
         Err(e) => ("unknown".to_owned(), Err(e)),
     };
-    let response = result.unwrap_or_else(IntoResponse::into_response);
-    state.record(&label, &response);
-    response
+    labelled(label, result.unwrap_or_else(IntoResponse::into_response))
 }
 
 async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
@@ -131,7 +161,7 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     let mut claim = src.claim_request(key);
     if let Some(fp) = &req.fingerprint {
         claim.fingerprint =
-            Some(Fingerprint::from_hex(fp).map_err(|e| bad("invalid-fingerprint", e))?);
+            Some(Fingerprint::from_hex(fp).map_err(|e| bad(Outcome::InvalidFingerprint, e))?);
     }
     if let Some(lease_s) = &req.lease_s {
         claim.lease = lease(lease_s, src.policy.ttl.ttl)?;
@@ -142,38 +172,29 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
             token,
             expires_at,
             late_duplicate,
-        } => with_outcome(
-            "claimed",
-            (
-                StatusCode::CREATED,
-                Json(json!({
-                    "outcome": "claimed",
-                    "token": token.fence(),
-                    "attempt": token.attempt,
-                    "expires_at": expires_at.to_string(),
-                    "late_duplicate_of": late_duplicate.map(|t| t.to_string()),
-                })),
-            ),
-        ),
-        ClaimOutcome::LateDuplicate { first_seen, .. } => with_outcome(
-            "late-duplicate",
-            Json(json!({
-                "outcome": "late_duplicate",
-                "first_seen": first_seen.to_string(),
-            })),
-        ),
+        } => ClaimAnswer {
+            token: Some(token.fence()),
+            attempt: Some(token.attempt),
+            expires_at: Some(expires_at.to_string()),
+            late_duplicate_of: late_duplicate.map(|t| t.to_string()),
+            ..ClaimAnswer::new(Outcome::Claimed)
+        }
+        .into_response(StatusCode::CREATED),
+        ClaimOutcome::LateDuplicate { first_seen, .. } => ClaimAnswer {
+            first_seen: Some(first_seen.to_string()),
+            ..ClaimAnswer::new(Outcome::LateDuplicate)
+        }
+        .into_response(StatusCode::OK),
         ClaimOutcome::Duplicate {
             first_seen,
             state: record_state,
             ..
-        } => with_outcome(
-            "duplicate",
-            Json(json!({
-                "outcome": "duplicate",
-                "first_seen": first_seen.to_string(),
-                "state": record_state.as_str(),
-            })),
-        ),
+        } => ClaimAnswer {
+            first_seen: Some(first_seen.to_string()),
+            state: Some(record_state.as_str()),
+            ..ClaimAnswer::new(Outcome::Duplicate)
+        }
+        .into_response(StatusCode::OK),
         ClaimOutcome::InFlight { retry_after } => return Err(AppError::InFlight { retry_after }),
         ClaimOutcome::Conflict { first_seen } => return Err(AppError::Conflict { first_seen }),
     })
@@ -190,15 +211,16 @@ async fn finish(
     state.authorize(headers)?;
     let (_, key) = key(state, source, event_id)?;
     let req: TokenBody = parse_json(body)?;
-    let token = ClaimToken::from_fence(key, &req.token).map_err(|e| bad("invalid-token", e))?;
+    let token =
+        ClaimToken::from_fence(key, &req.token).map_err(|e| bad(Outcome::InvalidToken, e))?;
     let outcome = if complete {
         state.store.complete(&token).await?;
-        "completed"
+        Outcome::Completed
     } else {
         state.store.release(&token).await?;
-        "released"
+        Outcome::Released
     };
-    Ok(with_outcome(outcome, Json(json!({ "outcome": outcome }))))
+    Ok(ClaimAnswer::new(outcome).into_response(StatusCode::OK))
 }
 
 pub(crate) async fn complete(
@@ -210,8 +232,7 @@ pub(crate) async fn complete(
     let response = finish(&state, &headers, &source, &event_id, &body, true)
         .await
         .unwrap_or_else(IntoResponse::into_response);
-    state.record(state.label(&source), &response);
-    response
+    labelled(state.label(&source).to_owned(), response)
 }
 
 pub(crate) async fn release(
@@ -223,8 +244,7 @@ pub(crate) async fn release(
     let response = finish(&state, &headers, &source, &event_id, &body, false)
         .await
         .unwrap_or_else(IntoResponse::into_response);
-    state.record(state.label(&source), &response);
-    response
+    labelled(state.label(&source).to_owned(), response)
 }
 
 /// "Did we process X, and when?": the live record and the whole history of one event.
@@ -238,8 +258,5 @@ pub(crate) async fn event(
     // still reads the events of a source removed from the config).
     let (_, key) = key(&state, &source, &event_id)?;
     let view = state.store.lookup(&key).await?;
-    Ok(with_outcome(
-        "lookup",
-        Json(idemgate::EventReport::from(&view)),
-    ))
+    Ok(Outcome::Lookup.on(Json(idemgate::EventReport::from(&view)).into_response()))
 }

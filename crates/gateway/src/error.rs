@@ -9,10 +9,56 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::{StoreError, Timestamp};
-use serde_json::json;
+use serde::Serialize;
 
-/// The header naming what idemgate did with a request.
-pub const OUTCOME: &str = "idemgate-outcome";
+pub use crate::outcome::HEADER as OUTCOME;
+use crate::outcome::Outcome;
+
+/// An RFC 9457 problem body. `type` is `urn:idemgate:problem:{outcome}`.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    /// `in_flight`: seconds until the lease ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+    /// `conflict`: the first receipt of the other payload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_seen: Option<String>,
+    /// `/healthz` when the store is down: each component.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub components: Option<serde_json::Value>,
+}
+
+impl Problem {
+    /// A problem of `status`, typed by `outcome`, saying `detail`.
+    pub fn new(status: StatusCode, outcome: Outcome, detail: impl Into<String>) -> Self {
+        Self {
+            kind: format!("urn:idemgate:problem:{outcome}"),
+            title: status.canonical_reason().unwrap_or("error"),
+            status: status.as_u16(),
+            detail: detail.into(),
+            retry_after_s: None,
+            first_seen: None,
+            components: None,
+        }
+    }
+
+    /// The answer: the body as `application/problem+json`, and the outcome.
+    pub fn into_response_with(self, outcome: Outcome) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_string(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        outcome.on(response)
+    }
+}
 
 /// A request that did not end in success.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +70,9 @@ pub enum AppError {
     #[error("the body could not be read")]
     BodyRead,
     #[error("{detail}")]
-    Signature { kind: &'static str, detail: String },
+    Signature { kind: Outcome, detail: String },
     #[error("{detail}")]
-    BadRequest { kind: &'static str, detail: String },
+    BadRequest { kind: Outcome, detail: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("another delivery of this event is being processed; retry after {} s", retry_after.as_secs().max(1))]
@@ -50,30 +96,32 @@ pub enum AppError {
 }
 
 impl AppError {
-    /// The status, and the stable slug used as the problem `type` and the `Idemgate-Outcome`.
-    pub fn status_and_kind(&self) -> (StatusCode, &'static str) {
+    /// The status, and the outcome: the problem's `type` and the `Idemgate-Outcome`.
+    pub fn status_and_outcome(&self) -> (StatusCode, Outcome) {
         match self {
-            Self::UnknownSource { .. } => (StatusCode::NOT_FOUND, "unknown-source"),
-            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large"),
-            Self::BodyRead => (StatusCode::BAD_REQUEST, "body-unreadable"),
-            Self::Signature { kind, .. } => (StatusCode::UNAUTHORIZED, kind),
-            Self::BadRequest { kind, .. } => (StatusCode::BAD_REQUEST, kind),
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::InFlight { .. } => (StatusCode::CONFLICT, "in-flight"),
-            Self::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
-            Self::StaleToken => (StatusCode::CONFLICT, "stale-token"),
-            Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, "forward-failed"),
-            Self::ForwardUnreachable => (StatusCode::BAD_GATEWAY, "forward-unreachable"),
-            Self::ForwardTimeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "forward-timeout"),
-            Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable"),
-            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting-down"),
-            Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request-timeout"),
+            Self::UnknownSource { .. } => (StatusCode::NOT_FOUND, Outcome::UnknownSource),
+            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, Outcome::BodyTooLarge),
+            Self::BodyRead => (StatusCode::BAD_REQUEST, Outcome::BodyUnreadable),
+            Self::Signature { kind, .. } => (StatusCode::UNAUTHORIZED, *kind),
+            Self::BadRequest { kind, .. } => (StatusCode::BAD_REQUEST, *kind),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized),
+            Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
+            Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
+            Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),
+            Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardFailed),
+            Self::ForwardUnreachable => (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable),
+            Self::ForwardTimeout { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, Outcome::ForwardTimeout)
+            }
+            Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, Outcome::StoreUnavailable),
+            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, Outcome::ShuttingDown),
+            Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, Outcome::RequestTimeout),
         }
     }
 
-    /// The `Idemgate-Outcome` value (and metrics label) of this error.
-    pub fn kind(&self) -> &'static str {
-        self.status_and_kind().1
+    /// The outcome of this error.
+    pub fn outcome(&self) -> Outcome {
+        self.status_and_outcome().1
     }
 }
 
@@ -88,30 +136,19 @@ impl From<StoreError> for AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let (status, kind) = self.status_and_kind();
+        let (status, outcome) = self.status_and_outcome();
         if let Self::Store(e) = &self {
             tracing::error!(error = %ErrorChain(e), "store error");
         }
-        let mut body = json!({
-            "type": format!("urn:idemgate:problem:{kind}"),
-            "title": status.canonical_reason().unwrap_or("error"),
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
+        let mut problem = Problem::new(status, outcome, self.to_string());
         match &self {
             Self::InFlight { retry_after } => {
-                body["retry_after_s"] = json!(retry_after.as_secs().max(1))
+                problem.retry_after_s = Some(retry_after.as_secs().max(1));
             }
-            Self::Conflict { first_seen } => body["first_seen"] = json!(first_seen.to_string()),
+            Self::Conflict { first_seen } => problem.first_seen = Some(first_seen.to_string()),
             _ => {}
         }
-        let mut response = (status, body.to_string()).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        headers.insert(OUTCOME, HeaderValue::from_static(kind));
+        let mut response = problem.into_response_with(outcome);
         // When to come back: the lease's end for an event in flight; a second for a store that
         // is failing or a gateway that is stopping (another instance, or this one restarted).
         let retry_after = match &self {
@@ -120,39 +157,17 @@ impl IntoResponse for AppError {
             _ => None,
         };
         if let Some(secs) = retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
 }
 
-/// A problem+json answer of `status` with the stable `kind` as its type and outcome.
-pub(crate) fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response {
-    problem_with(status, kind, detail, |_| {})
-}
-
-/// As [`problem`], with members of its own added to the body by `extend`.
-pub(crate) fn problem_with(
-    status: StatusCode,
-    kind: &'static str,
-    detail: &str,
-    extend: impl FnOnce(&mut serde_json::Value),
-) -> Response {
-    let mut body = json!({
-        "type": format!("urn:idemgate:problem:{kind}"),
-        "title": status.canonical_reason().unwrap_or("error"),
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    extend(&mut body);
-    let mut response = (status, body.to_string()).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(OUTCOME, HeaderValue::from_static(kind));
-    response
+/// A problem+json answer of `status`, typed by `outcome`.
+pub(crate) fn problem(status: StatusCode, outcome: Outcome, detail: &str) -> Response {
+    Problem::new(status, outcome, detail).into_response_with(outcome)
 }
 
 pub use idemgate::ErrorChain;

@@ -17,18 +17,37 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::{self, AppError, OUTCOME};
+use crate::error::{self, AppError};
+use crate::outcome::{Label, Outcome};
 use crate::state::AppState;
 
 pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let label = path_label(&state, req.uri().path()).to_owned();
+    // What is counted and logged: deliveries and claim-API calls, and every refusal.
+    let counted = ["/hooks/", "/v1/claims"]
+        .iter()
+        .any(|p| req.uri().path().starts_with(p));
+    let response = answer(&state, req, next).await;
+    let label = response
+        .extensions()
+        .get::<Label>()
+        .map_or(label, |l| l.0.clone());
+    let outcome = response
+        .extensions()
+        .get::<Outcome>()
+        .copied()
+        .unwrap_or(Outcome::Error);
+    if counted || response.status().is_client_error() || response.status().is_server_error() {
+        state.record(&label, outcome, response.status());
+    }
+    response
+}
+
+async fn answer(state: &AppState, req: Request, next: Next) -> Response {
     let limit = state.limits.body_limit;
     if declared_length(&req).is_some_and(|n| n > limit as u64) {
-        let label = hook_label(&state, &req);
-        let response = closing(AppError::TooLarge { limit }.into_response());
-        state.record(label, &response);
-        return response;
+        return closing(AppError::TooLarge { limit }.into_response());
     }
-    let label = hook_label(&state, &req).to_owned();
     let (parts, body) = req.into_parts();
     let read = Arc::new(AtomicBool::new(http_body::Body::is_end_stream(&body)));
     let req = Request::from_parts(
@@ -41,18 +60,12 @@ pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Nex
     let timeout = state.limits.request_timeout;
     let response = match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(response) => response,
-        Err(_) => {
-            let response = AppError::Timeout { timeout }.into_response();
-            state.record(&label, &response);
-            response
-        }
+        Err(_) => AppError::Timeout { timeout }.into_response(),
     };
-    let response = if response.headers().contains_key(OUTCOME) {
+    let response = if response.extensions().get::<Outcome>().is_some() {
         response
     } else {
-        let response = as_problem(response).await;
-        state.record(&label, &response);
-        response
+        as_problem(response).await
     };
     if read.load(Ordering::Acquire) {
         response
@@ -72,18 +85,22 @@ async fn as_problem(response: Response) -> Response {
     };
     let (kind, fallback) = match parts.status {
         StatusCode::METHOD_NOT_ALLOWED => (
-            "method-not-allowed",
+            Outcome::MethodNotAllowed,
             "this route does not take that method (see Allow)",
         ),
-        StatusCode::PAYLOAD_TOO_LARGE => ("body-too-large", "the body is larger than the limit"),
-        StatusCode::NOT_FOUND => ("not-found", "no such route"),
-        StatusCode::BAD_REQUEST if text.contains("URL") || text.contains("path") => {
-            ("invalid-path", "the path does not decode")
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            (Outcome::BodyTooLarge, "the body is larger than the limit")
         }
-        StatusCode::BAD_REQUEST => ("bad-request", "the request is malformed"),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported-media-type", "unsupported media type"),
-        s if s.is_server_error() => ("internal-error", "internal error"),
-        _ => ("error", "the request failed"),
+        StatusCode::NOT_FOUND => (Outcome::NotFound, "no such route"),
+        StatusCode::BAD_REQUEST if text.contains("URL") || text.contains("path") => {
+            (Outcome::InvalidPath, "the path does not decode")
+        }
+        StatusCode::BAD_REQUEST => (Outcome::BadRequest, "the request is malformed"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            (Outcome::UnsupportedMediaType, "unsupported media type")
+        }
+        s if s.is_server_error() => (Outcome::InternalError, "internal error"),
+        _ => (Outcome::Error, "the request failed"),
     };
     let detail = if text.is_empty() {
         fallback.to_owned()
@@ -110,11 +127,15 @@ fn declared_length(req: &Request) -> Option<u64> {
         .ok()
 }
 
-/// The metrics label of a webhook route's source (`unknown` for anything else); routes that
-/// know their source record their own answers.
-fn hook_label<'a>(state: &AppState, req: &'a Request) -> &'a str {
-    match req.uri().path().strip_prefix("/hooks/") {
-        Some(name) => state.label(name),
+/// The metrics label of the source a path names (`/hooks/{source}`, `/v1/claims/{source}/..`,
+/// `/v1/events/{source}/..`): the configured name, or `unknown`. The claim route, whose source is
+/// in the body, labels its answer itself.
+fn path_label<'a>(state: &AppState, path: &'a str) -> &'a str {
+    let rest = ["/hooks/", "/v1/claims/", "/v1/events/"]
+        .iter()
+        .find_map(|prefix| path.strip_prefix(prefix));
+    match rest {
+        Some(rest) => state.label(rest.split('/').next().unwrap_or_default()),
         None => "unknown",
     }
 }

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemgate::{Claimed, Once, ProcessError};
@@ -23,12 +23,13 @@ use idemgate_core::{Fingerprint, Key};
 use idemgate_providers::{
     GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
 };
-use serde_json::json;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::config::{ConfigError, OnConflict, SourceConfig};
-use crate::error::{AppError, ErrorChain, OUTCOME};
+use crate::error::{AppError, ErrorChain};
 use crate::forward::{self, Delivery, Failure};
+use crate::outcome::Outcome;
 use crate::{AppState, Source};
 
 pub(crate) async fn hook(
@@ -37,13 +38,10 @@ pub(crate) async fn hook(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let label = state.label(&name);
-    let response = match receive(&state, &name, &headers, body).await {
+    match receive(&state, &name, &headers, body).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
-    };
-    state.record(label, &response);
-    response
+    }
 }
 
 async fn receive(
@@ -66,9 +64,11 @@ async fn receive(
         {
             // Slack's signed handshake when an Events API URL is set: echo the challenge.
             return Ok(answer(
-                StatusCode::OK,
-                "challenge",
-                json!({ "challenge": challenge }),
+                Outcome::Challenge,
+                Answer {
+                    challenge: Some(challenge),
+                    ..Answer::default()
+                },
             ));
         }
         Err(e) => return Err(verify_error(e)),
@@ -98,42 +98,40 @@ async fn receive(
         .await;
     match once {
         Ok(Once::Processed((attempt, None))) => Ok(answer(
-            StatusCode::OK,
-            "accepted",
-            json!({ "outcome": "accepted", "attempt": attempt }),
+            Outcome::Accepted,
+            Answer {
+                attempt: Some(attempt),
+                ..Answer::default()
+            },
         )),
         // The downstream has it: the sender is told so, whatever the store said of the
         // completion (one it missed is retried until it takes it).
         Ok(Once::Processed((attempt, Some(status)))) => Ok(answer(
-            StatusCode::OK,
-            "forwarded",
-            json!({ "outcome": "forwarded", "attempt": attempt, "downstream_status": status }),
+            Outcome::Forwarded,
+            Answer {
+                attempt: Some(attempt),
+                downstream_status: Some(status),
+                ..Answer::default()
+            },
         )),
         Ok(Once::LateDuplicate { first_seen }) => Ok(answer(
-            StatusCode::OK,
-            "late-duplicate",
-            json!({ "outcome": "late_duplicate", "first_seen": first_seen.to_string() }),
+            Outcome::LateDuplicate,
+            Answer::first_seen(first_seen),
         )),
         Ok(Once::Duplicate {
             first_seen: Some(first_seen),
-        }) => Ok(answer(
-            StatusCode::OK,
-            "duplicate",
-            json!({ "outcome": "duplicate", "first_seen": first_seen.to_string() }),
-        )),
+        }) => Ok(answer(Outcome::Duplicate, Answer::first_seen(first_seen))),
         // Processed here a moment ago; the store has not taken the completion yet.
         Ok(Once::Duplicate { first_seen: None }) => Ok(answer(
-            StatusCode::OK,
-            "duplicate",
-            json!({ "outcome": "duplicate", "completion": "pending" }),
+            Outcome::Duplicate,
+            Answer {
+                completion: Some("pending"),
+                ..Answer::default()
+            },
         )),
         Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
         Ok(Once::Conflict { first_seen }) => match src.on_conflict {
-            OnConflict::Duplicate => Ok(answer(
-                StatusCode::OK,
-                "conflict",
-                json!({ "outcome": "conflict", "first_seen": first_seen.to_string() }),
-            )),
+            OnConflict::Duplicate => Ok(answer(Outcome::Conflict, Answer::first_seen(first_seen))),
             OnConflict::Reject => Err(AppError::Conflict { first_seen }),
         },
         Err(ProcessError::Store(e)) => Err(e.into()),
@@ -161,12 +159,41 @@ fn slack_challenge(src: &Source, body: &[u8]) -> Option<String> {
         .flatten()
 }
 
-fn answer(status: StatusCode, outcome: &'static str, body: serde_json::Value) -> Response {
-    let mut response = (status, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(OUTCOME, HeaderValue::from_static(outcome));
-    response
+/// The body of a delivery's answer (200): its outcome and what goes with it.
+#[derive(Debug, Default, Serialize)]
+struct Answer {
+    /// Filled in by [`answer`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    downstream_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_seen: Option<String>,
+    /// `pending`: processed here, the store has not taken the completion yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion: Option<&'static str>,
+    /// Slack's URL verification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    challenge: Option<String>,
+}
+
+impl Answer {
+    fn first_seen(at: idemgate_core::Timestamp) -> Self {
+        Self {
+            first_seen: Some(at.to_string()),
+            ..Self::default()
+        }
+    }
+}
+
+/// A 200 answer with `outcome` (in the body, except for Slack's challenge, whose body is Slack's).
+fn answer(outcome: Outcome, mut body: Answer) -> Response {
+    if body.challenge.is_none() {
+        body.outcome = Some(outcome);
+    }
+    outcome.on((StatusCode::OK, axum::Json(body)).into_response())
 }
 
 /// Reads the body, refusing more than `limit` bytes (by `Content-Length` before reading, and by
@@ -192,7 +219,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, AppError> {
 }
 
 fn verify_error(e: VerifyError) -> AppError {
-    let kind = e.kind();
+    let kind = Outcome::of_refusal(&e);
     // With its causes: "event id refused: header x-event-id is not UTF-8".
     let detail = ErrorChain(&e).to_string();
     if e.status() == 401 {

@@ -17,6 +17,8 @@
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
 //! - `admin`: `/healthz` (a real round trip to the store) and `/metrics` (Prometheus).
+//! - [`outcome`]: [`Outcome`], what the gateway did with a request, one typed value from the
+//!   handler to the header, the metric and the log line.
 //! - [`error`]: every failure mapped to HTTP in one place, as problem+json.
 //! - [`metrics`]: the counters and the claim latency histogram.
 
@@ -24,6 +26,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod outcome;
 
 mod admin;
 mod forward;
@@ -38,6 +41,7 @@ use axum::routing::{get, post};
 
 pub use crate::config::Config;
 pub use crate::ingest::verifier;
+pub use crate::outcome::Outcome;
 pub use crate::server::{StartError, open, run, serve};
 pub use crate::state::{AppState, Inner, Source};
 pub use idemgate::{AnyStore, store};

@@ -11,6 +11,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, Limits};
+use crate::error::Problem;
+use crate::outcome::Outcome;
 use crate::state::AppState;
 use crate::store::{self, AnyStore};
 use crate::{admin, app};
@@ -233,9 +235,15 @@ fn refuse(stream: &TcpStream, refusal: &[u8]) {
 }
 
 fn refusal() -> Vec<u8> {
-    let body = r#"{"type":"urn:idemgate:problem:too-many-connections","title":"Service Unavailable","status":503,"detail":"the gateway is serving as many connections as limits.max_connections allows; retry shortly"}"#;
+    let outcome = Outcome::TooManyConnections;
+    let problem = Problem::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        outcome,
+        "the gateway is serving as many connections as limits.max_connections allows; retry shortly",
+    );
+    let body = serde_json::to_string(&problem).unwrap_or_default();
     format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nidemgate-outcome: too-many-connections\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nidemgate-outcome: {outcome}\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

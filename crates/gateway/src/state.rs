@@ -16,6 +16,7 @@ use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy
 use crate::error::{self, AppError};
 use crate::forward;
 use crate::metrics::{Metrics, RowCounts};
+use crate::outcome::Outcome;
 
 /// A configured source, ready to serve.
 #[derive(Debug)]
@@ -169,20 +170,14 @@ impl AppState {
         Ok(self.dedup.claim(req).await?)
     }
 
-    /// Logs and counts a finished request by its `Idemgate-Outcome`: the one place each outcome
-    /// is emitted, so the log line and the metric cannot drift.
-    pub(crate) fn record(&self, source: &str, response: &axum::response::Response) {
-        let outcome = response
-            .headers()
-            .get(error::OUTCOME)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("none");
-        let outcome = outcome_label(outcome);
-        self.metrics.delivery(source, outcome);
+    /// Logs and counts a finished request by its outcome: the one place each outcome is
+    /// emitted (the guard layer calls it), so the log line and the metric cannot drift.
+    pub(crate) fn record(&self, source: &str, outcome: Outcome, status: axum::http::StatusCode) {
+        self.metrics.delivery(source, outcome.as_str());
         tracing::info!(
             source,
-            outcome,
-            status = response.status().as_u16(),
+            outcome = outcome.as_str(),
+            status = status.as_u16(),
             "request"
         );
     }
@@ -246,57 +241,6 @@ fn observe_claim(
         );
     }
     tracing::debug!(source = %source, outcome = outcome.name(), "claim");
-}
-
-/// Outcomes as `'static` labels. The set is closed (every value comes from this crate); anything
-/// else is counted as `other`.
-fn outcome_label(outcome: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "forwarded",
-        "accepted",
-        "challenge",
-        "late-duplicate",
-        "claimed",
-        "completed",
-        "released",
-        "duplicate",
-        "in-flight",
-        "conflict",
-        "stale-token",
-        "forward-failed",
-        "forward-unreachable",
-        "forward-timeout",
-        "unknown-source",
-        "body-too-large",
-        "body-unreadable",
-        "unauthorized",
-        "store-unavailable",
-        "shutting-down",
-        "request-timeout",
-        "method-not-allowed",
-        "not-found",
-        "invalid-path",
-        "bad-request",
-        "unsupported-media-type",
-        "internal-error",
-        "missing-header",
-        "malformed-header",
-        "bad-signature",
-        "stale-timestamp",
-        "future-timestamp",
-        "missing-event-id",
-        "invalid-event-id",
-        "invalid-json",
-        "invalid-fingerprint",
-        "invalid-lease",
-        "invalid-token",
-        "invalid-source",
-    ];
-    KNOWN
-        .iter()
-        .copied()
-        .find(|k| *k == outcome)
-        .unwrap_or("other")
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

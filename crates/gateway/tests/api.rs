@@ -47,7 +47,7 @@ async fn claim_api_round_trip_in_every_outcome() {
     let token = claimed["token"].as_str().unwrap().to_owned();
 
     let r = claim(&gw, json!({"source": "orders", "event_id": "job/1"})).await;
-    assert_eq!((r.status, r.outcome()), (409, "in-flight"));
+    assert_eq!((r.status, r.outcome()), (409, "in_flight"));
     assert!(r.headers.contains_key("retry-after"));
     assert!(r.json()["retry_after_s"].as_u64().unwrap() >= 1);
 
@@ -70,7 +70,7 @@ async fn claim_api_round_trip_in_every_outcome() {
         .await;
     assert_eq!(
         (r.status, r.outcome()),
-        (409, "stale-token"),
+        (409, "stale_token"),
         "a forged token is refused"
     );
     let r = gw
@@ -110,7 +110,7 @@ async fn claim_api_round_trip_in_every_outcome() {
         .await;
     assert_eq!(
         (r.status, r.outcome()),
-        (409, "stale-token"),
+        (409, "stale_token"),
         "a released token is stale"
     );
     let r = claim(&gw, json!({"source": "orders", "event_id": "job-2"})).await;
@@ -158,48 +158,48 @@ async fn claim_api_refuses_bad_requests() {
             401,
             "unauthorized",
         ),
-        (auth(), "{not json".into(), 400, "invalid-json"),
+        (auth(), "{not json".into(), 400, "invalid_json"),
         (
             auth(),
             json!({"source": "orders", "event_id": "x", "extra": 1}).to_string(),
             400,
-            "invalid-json",
+            "invalid_json",
         ),
         (
             auth(),
             json!({"source": "nope", "event_id": "x"}).to_string(),
             404,
-            "unknown-source",
+            "unknown_source",
         ),
         (
             auth(),
             json!({"source": "orders", "event_id": ""}).to_string(),
             400,
-            "invalid-event-id",
+            "invalid_event_id",
         ),
         (
             auth(),
             json!({"source": "orders", "event_id": "a\u{0}b"}).to_string(),
             400,
-            "invalid-event-id",
+            "invalid_event_id",
         ),
         (
             auth(),
             json!({"source": "orders", "event_id": "x".repeat(256)}).to_string(),
             400,
-            "invalid-event-id",
+            "invalid_event_id",
         ),
         (
             auth(),
             json!({"source": "orders", "event_id": "x", "fingerprint": "abc"}).to_string(),
             400,
-            "invalid-fingerprint",
+            "invalid_fingerprint",
         ),
         (
             auth(),
             json!({"source": "orders", "event_id": "x", "lease_s": 0}).to_string(),
             400,
-            "invalid-lease",
+            "invalid_lease",
         ),
     ];
     for (h, body, status, outcome) in cases {
@@ -215,7 +215,7 @@ async fn claim_api_refuses_bad_requests() {
             json!({"token": "garbage"}).to_string(),
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (400, "invalid-token"));
+    assert_eq!((r.status, r.outcome()), (400, "invalid_token"));
     // Nothing of the refused requests was stored.
     let r = send(
         Method::GET,
@@ -235,8 +235,8 @@ async fn claim_api_refuses_bad_requests() {
     )
     .await
     .unwrap();
-    assert_eq!((r.status, r.outcome()), (404, "unknown-source"));
-    assert_eq!(r.json()["type"], "urn:idemgate:problem:unknown-source");
+    assert_eq!((r.status, r.outcome()), (404, "unknown_source"));
+    assert_eq!(r.json()["type"], "urn:idemgate:problem:unknown_source");
     gw.stop().await;
 }
 
@@ -322,7 +322,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
             big.clone(),
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (413, "body-too-large"));
+    assert_eq!((r.status, r.outcome()), (413, "body_too_large"));
 
     // JSON needed, not given: the signature is valid, the id cannot be read.
     let not_json = b"id=evt_1&type=x";
@@ -333,7 +333,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
             &not_json[..],
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (400, "invalid-json"));
+    assert_eq!((r.status, r.outcome()), (400, "invalid_json"));
     let no_id = br#"{"type":"invoice.paid"}"#;
     let r = gw
         .post(
@@ -342,7 +342,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
             &no_id[..],
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (400, "missing-event-id"));
+    assert_eq!((r.status, r.outcome()), (400, "missing_event_id"));
 
     // A header value that is not UTF-8.
     let mut h = axum::http::HeaderMap::new();
@@ -351,7 +351,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
         axum::http::HeaderValue::from_bytes(b"t=1,v1=\xff\xfe").unwrap(),
     );
     let r = gw.post(hook, h, &br#"{"id":"evt_bin"}"#[..]).await;
-    assert_eq!((r.status, r.outcome()), (401, "malformed-header"));
+    assert_eq!((r.status, r.outcome()), (401, "malformed_header"));
 
     // Ten thousand distinct unknown sources: each a 404, one metrics label for all.
     let mut tasks = tokio::task::JoinSet::new();
@@ -378,7 +378,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
     let m = String::from_utf8(gw.get("/metrics").await.unwrap().body.to_vec()).unwrap();
     assert!(
         m.contains(
-            "idemgate_deliveries_total{source=\"unknown\",outcome=\"unknown-source\"} 10000"
+            "idemgate_deliveries_total{source=\"unknown\",outcome=\"unknown_source\"} 10000"
         ),
         "{m}"
     );

@@ -109,13 +109,13 @@ async fn an_announced_oversized_body_is_refused_before_it_is_sent() {
             .await
             .unwrap_or_else(|e| panic!("{path} with content-length {length}: {e}"));
         assert_eq!(answer.status, 413, "{path}: {}", answer.head);
-        assert_eq!(answer.header("idemgate-outcome"), Some("body-too-large"));
+        assert_eq!(answer.header("idemgate-outcome"), Some("body_too_large"));
         assert_eq!(answer.header("connection"), Some("close"));
         assert_eq!(
             answer.header("content-type"),
             Some("application/problem+json")
         );
-        assert_eq!(answer.json()["type"], "urn:idemgate:problem:body-too-large");
+        assert_eq!(answer.json()["type"], "urn:idemgate:problem:body_too_large");
     }
     gw.stop().await;
 }
@@ -129,9 +129,9 @@ async fn early_refusals_keep_the_connection_or_say_they_close_it() {
     // Unknown source, then a bad signature, each with a body: both read the body first, so the
     // connection carries on.
     for (path, expect, outcome) in [
-        ("/hooks/no-such-source", 404, "unknown-source"),
-        ("/hooks/stripe-live", 401, "missing-header"),
-        ("/hooks/no-such-source", 404, "unknown-source"),
+        ("/hooks/no-such-source", 404, "unknown_source"),
+        ("/hooks/stripe-live", 401, "missing_header"),
+        ("/hooks/no-such-source", 404, "unknown_source"),
     ] {
         let request = format!(
             "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -200,7 +200,7 @@ async fn a_non_utf8_event_id_header_is_a_bad_event_id() {
         .await
         .unwrap();
     assert_eq!(answer.status, 400, "{}", answer.head);
-    assert_eq!(answer.header("idemgate-outcome"), Some("invalid-event-id"));
+    assert_eq!(answer.header("idemgate-outcome"), Some("invalid_event_id"));
     assert!(
         answer.json()["detail"]
             .as_str()
@@ -244,12 +244,12 @@ async fn connections_beyond_the_cap_are_refused_at_once() {
     assert_eq!(answer.status, 503);
     assert_eq!(
         answer.header("idemgate-outcome"),
-        Some("too-many-connections")
+        Some("too_many_connections")
     );
     assert_eq!(answer.header("retry-after"), Some("1"));
     assert_eq!(
         answer.json()["type"],
-        "urn:idemgate:problem:too-many-connections"
+        "urn:idemgate:problem:too_many_connections"
     );
     assert!(closed_within(&mut extra, Duration::from_secs(2)).await);
     // A held connection still works; once one closes, a new one is served.
@@ -339,11 +339,11 @@ async fn a_body_slower_than_the_request_timeout_gets_408_and_a_close() {
         .await
         .unwrap();
     assert_eq!(answer.status, 408);
-    assert_eq!(answer.header("idemgate-outcome"), Some("request-timeout"));
+    assert_eq!(answer.header("idemgate-outcome"), Some("request_timeout"));
     assert_eq!(answer.header("connection"), Some("close"));
     assert_eq!(
         answer.json()["type"],
-        "urn:idemgate:problem:request-timeout"
+        "urn:idemgate:problem:request_timeout"
     );
     gw.stop().await;
 }
@@ -405,7 +405,7 @@ async fn every_answer_carries_an_outcome_and_every_error_a_problem() {
         (
             "POST /hooks/stripe-live HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}".into(),
             401,
-            "missing-header",
+            "missing_header",
         ),
         (
             "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}".into(),
@@ -415,21 +415,21 @@ async fn every_answer_carries_an_outcome_and_every_error_a_problem() {
         (
             format!("POST /v1/claims HTTP/1.1\r\nhost: x\r\n{auth}content-length: 2\r\n\r\n{{}}"),
             400,
-            "invalid-json",
+            "invalid_json",
         ),
         (
             format!(
                 "POST /v1/claims/stripe-live/e1/complete HTTP/1.1\r\nhost: x\r\n{auth}content-length: 13\r\n\r\n{{\"token\":\"x\"}}"
             ),
             400,
-            "invalid-token",
+            "invalid_token",
         ),
         (
             format!(
                 "POST /v1/claims/stripe-live/e1/release HTTP/1.1\r\nhost: x\r\n{auth}content-length: 13\r\n\r\n{{\"token\":\"x\"}}"
             ),
             400,
-            "invalid-token",
+            "invalid_token",
         ),
         (
             format!("GET /v1/events/stripe-live/e1 HTTP/1.1\r\nhost: x\r\n{auth}\r\n"),
@@ -440,35 +440,35 @@ async fn every_answer_carries_an_outcome_and_every_error_a_problem() {
         (
             "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n".into(),
             404,
-            "not-found",
+            "not_found",
         ),
         (
             "GET /hooks/stripe-live HTTP/1.1\r\nhost: x\r\n\r\n".into(),
             405,
-            "method-not-allowed",
+            "method_not_allowed",
         ),
         (
             "DELETE /v1/claims HTTP/1.1\r\nhost: x\r\n\r\n".into(),
             405,
-            "method-not-allowed",
+            "method_not_allowed",
         ),
         // A path that does not decode.
         (
             format!("GET /v1/events/%FF/e1 HTTP/1.1\r\nhost: x\r\n{auth}\r\n"),
             400,
-            "invalid-path",
+            "invalid_path",
         ),
         // What hyper refuses before any route runs.
-        ("NOT HTTP AT ALL\r\n\r\n".into(), 400, "malformed-request"),
+        ("NOT HTTP AT ALL\r\n\r\n".into(), 400, "malformed_request"),
         (
             "GET /healthz HTTP/1.1\r\nhost: x\r\nbad header line\r\n\r\n".into(),
             400,
-            "malformed-request",
+            "malformed_request",
         ),
         (
             format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{big_header}\r\n"),
             431,
-            "headers-too-large",
+            "headers_too_large",
         ),
     ];
     for (request, status, outcome) in cases {

@@ -110,7 +110,7 @@ async fn every_provider_forwards_a_signed_delivery_once() {
         let mut evil = body.clone();
         evil.extend_from_slice(b" ");
         let r = gw.post(&format!("/hooks/{name}"), signed, evil).await;
-        assert_eq!((r.status, r.outcome()), (401, "bad-signature"), "{name}");
+        assert_eq!((r.status, r.outcome()), (401, "bad_signature"), "{name}");
         assert_eq!(r.headers["content-type"], "application/problem+json");
         assert!(
             history(&gw, name, &tampered_id).await.is_empty(),
@@ -137,7 +137,7 @@ async fn stale_and_future_timestamps_are_refused() {
         "paddle",
         "orders-bus",
     ] {
-        for (offset, outcome) in [(-600i64, "stale-timestamp"), (600, "future-timestamp")] {
+        for (offset, outcome) in [(-600i64, "stale_timestamp"), (600, "future_timestamp")] {
             let id = format!("evt_{name}_{offset}");
             let body = body_for(name, &id);
             let at = if offset < 0 {
@@ -221,7 +221,7 @@ async fn twenty_concurrent_deliveries_are_forwarded_once() {
         let (status, outcome, retry_after) = t.await.unwrap();
         match outcome.as_str() {
             "forwarded" => forwarded += 1,
-            "in-flight" => assert!(status == 409 && retry_after, "409 with Retry-After"),
+            "in_flight" => assert!(status == 409 && retry_after, "409 with Retry-After"),
             "duplicate" => assert_eq!(status, 200),
             other => panic!("unexpected outcome {other} ({status})"),
         }
@@ -243,7 +243,7 @@ async fn a_failed_forward_is_released_and_the_retry_is_processed() {
     let r = gw
         .post("/hooks/stripe-live", signed.clone(), body.clone())
         .await;
-    assert_eq!((r.status, r.outcome()), (502, "forward-failed"));
+    assert_eq!((r.status, r.outcome()), (502, "forward_failed"));
     down.set(Behaviour::Ok);
     let r = gw
         .post("/hooks/stripe-live", signed.clone(), body.clone())
@@ -276,7 +276,7 @@ async fn a_hanging_downstream_gets_503_and_the_next_retry_is_processed() {
     let r = gw
         .post("/hooks/stripe-live", signed.clone(), body.clone())
         .await;
-    assert_eq!((r.status, r.outcome()), (503, "forward-timeout"));
+    assert_eq!((r.status, r.outcome()), (503, "forward_timeout"));
     down.set(Behaviour::Ok);
     let r = gw.post("/hooks/stripe-live", signed, body).await;
     assert_eq!((r.status, r.outcome()), (200, "forwarded"));
@@ -301,7 +301,7 @@ async fn an_unreachable_downstream_gets_502_and_releases() {
             body,
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (502, "forward-unreachable"));
+    assert_eq!((r.status, r.outcome()), (502, "forward_unreachable"));
     assert_eq!(
         history(&gw, "s", "d-1").await,
         [HistoryOutcome::Claimed, HistoryOutcome::Released]
@@ -419,7 +419,7 @@ async fn a_source_without_forward_url_acknowledges_once_claimed() {
         "provider none needs the bearer token"
     );
     let r = gw.post("/hooks/bus", headers(&[auth[0]]), "{}").await;
-    assert_eq!((r.status, r.outcome()), (400, "missing-event-id"));
+    assert_eq!((r.status, r.outcome()), (400, "missing_event_id"));
     gw.stop().await;
 }
 
@@ -481,7 +481,7 @@ async fn a_delivery_after_the_ttl_is_caught_under_each_policy() {
     let reject = deliver("late-reject").await;
     assert_eq!(
         (reject.status, reject.outcome()),
-        (200, "late-duplicate"),
+        (200, "late_duplicate"),
         "reject acks it"
     );
     let off = deliver("late-off").await;

@@ -101,7 +101,7 @@ async fn deliveries_and_duplicates_on_postgres() {
     assert!(
         outcomes
             .iter()
-            .all(|o| ["forwarded", "in-flight", "duplicate"].contains(&o.as_str()))
+            .all(|o| ["forwarded", "in_flight", "duplicate"].contains(&o.as_str()))
     );
     assert_eq!(down.attempts("gh:delivery-1"), [1]);
     let r = gw.post("/hooks/gh", signed, body).await;
@@ -293,12 +293,12 @@ async fn a_failing_store_answers_503_with_retry_after() {
             body.clone(),
         )
         .await;
-    assert_eq!((r.status, r.outcome()), (503, "store-unavailable"));
+    assert_eq!((r.status, r.outcome()), (503, "store_unavailable"));
     assert_eq!(
         r.headers.get("retry-after").and_then(|v| v.to_str().ok()),
         Some("1")
     );
-    assert_eq!(r.json()["type"], "urn:idemgate:problem:store-unavailable");
+    assert_eq!(r.json()["type"], "urn:idemgate:problem:store_unavailable");
     break_store(&schema.name, false).await;
     let r = gw
         .post(

@@ -102,7 +102,7 @@ async fn a_flush_in_the_middle_never_lets_a_duplicate_through() {
         for t in tasks {
             let outcome = t.await.unwrap();
             assert!(
-                ["forwarded", "duplicate", "in-flight"].contains(&outcome.as_str()),
+                ["forwarded", "duplicate", "in_flight"].contains(&outcome.as_str()),
                 "{outcome}"
             );
         }

@@ -4,7 +4,7 @@
 //! A forwarded event must never be forwarded again because its completion was lost. When the
 //! store fails between the downstream's 2xx and `complete` (a database restart, a dropped
 //! connection), the sender is still told 200 `forwarded` (the downstream has the event; a retry
-//! would only be answered `in-flight`), and the completion is retried here, with a backoff, until
+//! would only be answered `in_flight`), and the completion is retried here, with a backoff, until
 //! the store takes it. Between tries the claim's lease is renewed whenever the store answers, so
 //! no other delivery can take the claim over and forward the event again while the completion is
 //! pending. A release that fails is retried the same way, so that no record is left `processing`

@@ -55,7 +55,7 @@ pub type KeyFn =
 pub struct Refusal {
     /// The answer's status (400, 401, ...).
     pub status: StatusCode,
-    /// The stable problem type and `Idemgate-Outcome` (`bad-signature`, `missing-event-id`).
+    /// The stable problem type and `Idemgate-Outcome` (`bad_signature`, `missing_event_id`).
     pub kind: &'static str,
     /// What was wrong, for a person.
     pub detail: String,
@@ -176,13 +176,13 @@ where
                     return Ok(if too_large {
                         problem(
                             StatusCode::PAYLOAD_TOO_LARGE,
-                            "body-too-large",
+                            "body_too_large",
                             "the body is larger than the limit",
                         )
                     } else {
                         problem(
                             StatusCode::BAD_REQUEST,
-                            "body-unreadable",
+                            "body_unreadable",
                             "the body could not be read",
                         )
                     }
@@ -219,7 +219,7 @@ where
                 ),
                 Ok(Once::LateDuplicate { first_seen }) => answer(
                     StatusCode::OK,
-                    "late-duplicate",
+                    "late_duplicate",
                     serde_json::json!({
                         "outcome": "late_duplicate",
                         "first_seen": first_seen.to_string(),
@@ -228,7 +228,7 @@ where
                 Ok(Once::InFlight { retry_after }) => {
                     let mut r = problem(
                         StatusCode::CONFLICT,
-                        "in-flight",
+                        "in_flight",
                         "another delivery of this event is being processed",
                     );
                     r.headers_mut().insert(
@@ -249,7 +249,7 @@ where
                     tracing::error!(error = %crate::ErrorChain(&e), "the claim could not be made");
                     let mut r = problem(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        "store-unavailable",
+                        "store_unavailable",
                         "the store is unavailable",
                     );
                     r.headers_mut()

@@ -45,9 +45,9 @@ fn by_header(
         .headers
         .get("x-id")
         .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "missing-event-id", "no x-id"))?;
+        .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "missing_event_id", "no x-id"))?;
     let key = Key::parse("bus", id)
-        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid-event-id", e.to_string()))?;
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_event_id", e.to_string()))?;
     Ok(ClaimRequest::new(
         key,
         Duration::from_secs(60),
@@ -112,10 +112,10 @@ async fn the_key_functions_refusal_is_a_problem_and_calls_nothing() {
     let (status, outcome, body) = send(&app, None).await;
     assert_eq!(
         (status, outcome.as_str()),
-        (StatusCode::BAD_REQUEST, "missing-event-id")
+        (StatusCode::BAD_REQUEST, "missing_event_id")
     );
     assert!(
-        body.contains("urn:idemgate:problem:missing-event-id"),
+        body.contains("urn:idemgate:problem:missing_event_id"),
         "{body}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);

@@ -128,14 +128,14 @@ impl VerifyError {
     /// A stable slug for problem+json `type` URIs and metric labels.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::MissingHeader { .. } => "missing-header",
-            Self::MalformedHeader { .. } => "malformed-header",
-            Self::BadSignature => "bad-signature",
-            Self::StaleTimestamp { .. } => "stale-timestamp",
-            Self::FutureTimestamp { .. } => "future-timestamp",
-            Self::MissingEventId { .. } => "missing-event-id",
-            Self::InvalidEventId(_) => "invalid-event-id",
-            Self::InvalidJson(_) => "invalid-json",
+            Self::MissingHeader { .. } => "missing_header",
+            Self::MalformedHeader { .. } => "malformed_header",
+            Self::BadSignature => "bad_signature",
+            Self::StaleTimestamp { .. } => "stale_timestamp",
+            Self::FutureTimestamp { .. } => "future_timestamp",
+            Self::MissingEventId { .. } => "missing_event_id",
+            Self::InvalidEventId(_) => "invalid_event_id",
+            Self::InvalidJson(_) => "invalid_json",
         }
     }
 }

@@ -35,7 +35,7 @@
 //! // A minute later the same delivery still verifies; ten minutes later it is stale (401).
 //! assert!(verifier.verify(&headers, body, now + Duration::from_secs(60)).is_ok());
 //! let err = verifier.verify(&headers, body, now + Duration::from_secs(600)).unwrap_err();
-//! assert_eq!((err.status(), err.kind()), (401, "stale-timestamp"));
+//! assert_eq!((err.status(), err.kind()), (401, "stale_timestamp"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

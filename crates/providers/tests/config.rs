@@ -204,7 +204,7 @@ fn error_statuses_and_kinds_are_stable() {
         (
             VerifyError::MissingHeader { header: h.clone() },
             401,
-            "missing-header",
+            "missing_header",
         ),
         (
             VerifyError::MalformedHeader {
@@ -212,32 +212,32 @@ fn error_statuses_and_kinds_are_stable() {
                 why: "x",
             },
             401,
-            "malformed-header",
+            "malformed_header",
         ),
-        (VerifyError::BadSignature, 401, "bad-signature"),
+        (VerifyError::BadSignature, 401, "bad_signature"),
         (
             VerifyError::StaleTimestamp {
                 age: Duration::from_secs(301),
             },
             401,
-            "stale-timestamp",
+            "stale_timestamp",
         ),
         (
             VerifyError::FutureTimestamp {
                 ahead: Duration::from_secs(301),
             },
             401,
-            "future-timestamp",
+            "future_timestamp",
         ),
         (
             VerifyError::MissingEventId {
                 location: "body /id".into(),
             },
             400,
-            "missing-event-id",
+            "missing_event_id",
         ),
-        (VerifyError::InvalidEventId(key), 400, "invalid-event-id"),
-        (VerifyError::InvalidJson(json), 400, "invalid-json"),
+        (VerifyError::InvalidEventId(key), 400, "invalid_event_id"),
+        (VerifyError::InvalidJson(json), 400, "invalid_json"),
     ];
     for (err, status, kind) in table {
         assert_eq!(err.status(), status, "{err}");

@@ -55,7 +55,7 @@ fn assert_setting(result: Result<Verifier, ConfigError>, expected: &str) {
 
 /// Found by `generic`: `@header X-Sig` with `@timestamp-header X-Sig`. `sign` wrote the
 /// timestamp, then the signature over it into the same header; `verify` read the signature as
-/// the timestamp: 401 malformed-header for every delivery. Such a configuration is now refused
+/// the timestamp: 401 malformed_header for every delivery. Such a configuration is now refused
 /// when the verifier is built.
 #[test]
 fn generic_timestamp_header_cannot_be_the_signature_header() {
@@ -116,7 +116,7 @@ fn generic_prefix_must_survive_http() {
 
 /// Found by `verify`: `@scheme standard-webhooks` with `@sign xo@scheme w ` (an id ending in a
 /// space). Standard Webhooks and Svix sign the id header's bytes; HTTP delivers the id without
-/// its trailing space, so the signature never matched (401 bad-signature). `sign` now refuses an
+/// its trailing space, so the signature never matched (401 bad_signature). `sign` now refuses an
 /// event id that HTTP would not deliver as written, for every scheme that puts it in a header.
 #[test]
 fn sign_refuses_an_id_http_would_trim() {

@@ -123,7 +123,7 @@ proptest! {
             let mut tampered = body.clone();
             tampered[flip.index(body.len())] ^= 0x01;
             let err = v.verify(&headers, &tampered, at).err();
-            prop_assert!(err.as_ref().is_some_and(|e| e.kind() == "bad-signature"), "{} {:?}", v.scheme(), err);
+            prop_assert!(err.as_ref().is_some_and(|e| e.kind() == "bad_signature"), "{} {:?}", v.scheme(), err);
         }
     }
 }

@@ -96,13 +96,13 @@ impl Case {
         // Tampered body.
         let mut tampered = body.to_vec();
         tampered.push(b' ');
-        expect(&v, &good, &tampered, NOW, "bad-signature");
+        expect(&v, &good, &tampered, NOW, "bad_signature");
         // A signature header from another delivery.
         let other = self.signed(self.secrets[0], NOW, br#"{"other":1}"#);
         let mut swapped = good.clone();
         let sig = self.header(self.signature);
         swapped.insert(sig.clone(), other[&sig].clone());
-        expect(&v, &swapped, body, NOW, "bad-signature");
+        expect(&v, &swapped, body, NOW, "bad_signature");
 
         // Wrong secret, and a message that reveals nothing.
         let wrong = self.signed(self.wrong, NOW, body);
@@ -119,7 +119,7 @@ impl Case {
                 matches!(err, VerifyError::StaleTimestamp { age } if age == TOLERANCE + Duration::from_secs(1)),
                 "{err:?}"
             );
-            expect(&v, &good, body, early, "future-timestamp");
+            expect(&v, &good, body, early, "future_timestamp");
             // Exactly at the edge is still accepted.
             assert!(v.verify(&good, body, at(NOW + TOLERANCE.as_secs())).is_ok());
             assert!(v.verify(&good, body, at(NOW - TOLERANCE.as_secs())).is_ok());
@@ -128,10 +128,10 @@ impl Case {
                 // old delivery.
                 let mut redated = good.clone();
                 redated.insert(self.header(ts), HeaderValue::from(NOW + 60));
-                expect(&v, &redated, body, NOW, "bad-signature");
+                expect(&v, &redated, body, NOW, "bad_signature");
                 let mut garbled = good.clone();
                 garbled.insert(self.header(ts), HeaderValue::from_static("yesterday"));
-                expect(&v, &garbled, body, NOW, "malformed-header");
+                expect(&v, &garbled, body, NOW, "malformed_header");
                 let mut missing = good.clone();
                 missing.remove(self.header(ts));
                 expect_missing(&v, &missing, body, ts);
@@ -161,7 +161,7 @@ impl Case {
         match self.id {
             Id::Body { without, .. } => {
                 let headers = self.signed(self.secrets[0], NOW, without.as_bytes());
-                expect(&v, &headers, without.as_bytes(), NOW, "missing-event-id");
+                expect(&v, &headers, without.as_bytes(), NOW, "missing_event_id");
                 let headers = self.signed(self.secrets[0], NOW, b"not json");
                 let err = v.verify(&headers, b"not json", at(NOW)).unwrap_err();
                 assert!(matches!(err, VerifyError::InvalidJson(_)), "{err:?}");
@@ -178,7 +178,7 @@ impl Case {
                 assert_eq!(err.status(), 400);
                 // The sender is authenticated: an id that is not UTF-8 is a bad id (400).
                 headers.insert(self.header(name), HeaderValue::from_bytes(b"\xff").unwrap());
-                expect(&v, &headers, body, NOW, "invalid-event-id");
+                expect(&v, &headers, body, NOW, "invalid_event_id");
                 assert_eq!(v.verify(&headers, body, at(NOW)).unwrap_err().status(), 400);
             }
             Id::SignedHeader(name) => {
@@ -187,11 +187,11 @@ impl Case {
                 expect_missing(&v, &headers, body, name);
                 // The id is signed as bytes: another id, UTF-8 or not, breaks the signature.
                 headers.insert(self.header(name), HeaderValue::from_bytes(b"\xff").unwrap());
-                expect(&v, &headers, body, NOW, "bad-signature");
+                expect(&v, &headers, body, NOW, "bad_signature");
                 // An empty id is signed like any other, then refused as an id.
                 let signer = self.verifier(&[self.secrets[0]]);
                 let empty = signer.sign("", at(NOW), body).unwrap();
-                expect(&v, &empty, body, NOW, "invalid-event-id");
+                expect(&v, &empty, body, NOW, "invalid_event_id");
             }
         }
     }
@@ -454,7 +454,7 @@ fn none_scheme_reads_the_id_and_checks_nothing() {
     let ok = header.verify(&headers, b"anything", at(0)).unwrap();
     assert_eq!(ok.event_id.as_str(), "job-1");
     assert_eq!(ok.signed_at, None);
-    expect(&header, &HeaderMap::new(), b"", NOW, "missing-event-id");
+    expect(&header, &HeaderMap::new(), b"", NOW, "missing_event_id");
 
     let pointer = Verifier::new(
         Scheme::None(NoneScheme {
@@ -467,21 +467,21 @@ fn none_scheme_reads_the_id_and_checks_nothing() {
     let body = br#"{"meta":{"event/id":"e-9"}}"#;
     let ok = pointer.verify(&HeaderMap::new(), body, at(NOW)).unwrap();
     assert_eq!(ok.event_id.as_str(), "e-9");
-    expect(&pointer, &HeaderMap::new(), b"{}", NOW, "missing-event-id");
-    expect(&pointer, &HeaderMap::new(), b"{", NOW, "invalid-json");
+    expect(&pointer, &HeaderMap::new(), b"{}", NOW, "missing_event_id");
+    expect(&pointer, &HeaderMap::new(), b"{", NOW, "invalid_json");
     expect(
         &pointer,
         &HeaderMap::new(),
         br#"{"meta":{"event/id":{"nested":1}}}"#,
         NOW,
-        "invalid-event-id",
+        "invalid_event_id",
     );
     expect(
         &pointer,
         &HeaderMap::new(),
         br#"{"meta":{"event/id":"a\nb"}}"#,
         NOW,
-        "invalid-event-id",
+        "invalid_event_id",
     );
 }
 
@@ -495,10 +495,10 @@ fn the_signature_is_checked_before_the_timestamp_and_the_id() {
         .unwrap()
         .sign("", at(NOW - 86_400), body)
         .unwrap();
-    expect(&v, &forged, body, NOW, "bad-signature");
+    expect(&v, &forged, body, NOW, "bad_signature");
     // And a stale one without an id is stale.
     let stale = v.sign("", at(NOW - 86_400), body).unwrap();
-    expect(&v, &stale, body, NOW, "stale-timestamp");
+    expect(&v, &stale, body, NOW, "stale_timestamp");
 }
 
 #[test]

@@ -14,6 +14,8 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::outcome::Outcome;
+
 pub(crate) struct ProblemIo<S> {
     inner: S,
     /// A replacement answer not yet fully written, and how much of it was.
@@ -99,22 +101,22 @@ fn replacement(buf: &[u8]) -> Option<Vec<u8>> {
     let (reason, kind, detail) = match status {
         "400" => (
             "Bad Request",
-            "malformed-request",
+            Outcome::MalformedRequest,
             "the request is not valid HTTP/1.1 (request line or a header)",
         ),
         "414" => (
             "URI Too Long",
-            "uri-too-long",
+            Outcome::UriTooLong,
             "the request line is longer than the gateway reads",
         ),
         "431" => (
             "Request Header Fields Too Large",
-            "headers-too-large",
+            Outcome::HeadersTooLarge,
             "the request's headers are larger than the gateway reads",
         ),
         _ => (
             "Error",
-            "malformed-request",
+            Outcome::MalformedRequest,
             "the request could not be read",
         ),
     };
@@ -140,13 +142,13 @@ mod tests {
             b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         let text = String::from_utf8(replacement(bare).unwrap()).unwrap();
         assert!(text.starts_with("HTTP/1.1 431 "));
-        assert!(text.contains("idemgate-outcome: headers-too-large\r\n"));
+        assert!(text.contains("idemgate-outcome: headers_too_large\r\n"));
         let body = text.split_once("\r\n\r\n").unwrap().1;
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(body).unwrap()["status"],
             431
         );
-        let ours = b"HTTP/1.1 400 Bad Request\r\nidemgate-outcome: invalid-json\r\n\r\n{}";
+        let ours = b"HTTP/1.1 400 Bad Request\r\nidemgate-outcome: invalid_json\r\n\r\n{}";
         assert!(replacement(ours).is_none());
         assert!(replacement(b"{\"a\":1}").is_none());
         assert!(replacement(b"HTTP/1.1 200 OK\r\nidemgate-outcome: healthy\r\n").is_none());

@@ -32,7 +32,7 @@ async function handle(jobId, processed) {
       return "processed";
     }
     if (outcome === "duplicate") return "duplicate";
-    if (outcome === "in-flight") {
+    if (outcome === "in_flight") {
       await new Promise((ok) => setTimeout(ok, 1000 * (answer.retry_after_s ?? 1)));
       continue;
     }

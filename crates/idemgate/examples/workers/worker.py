@@ -46,7 +46,7 @@ def handle(job_id, processed):
             return "processed"
         if outcome == "duplicate":
             return "duplicate"
-        if outcome == "in-flight":
+        if outcome == "in_flight":
             time.sleep(int(answer.get("retry_after_s", 1)))
             continue
         raise SystemExit(f"unexpected answer {status} {outcome}: {answer}")
