@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 use crate::error::{ErrorChain, Problem};
+use crate::metrics::{self, Scrape};
 use crate::outcome::Outcome;
 
 /// Each component, really touched: the store of record (a lookup), and the Redis tier (a
@@ -97,26 +98,14 @@ fn millis(d: Duration) -> f64 {
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let rows = state.row_counts().await;
-    #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
-    let mut text = state.metrics.render(rows);
-    #[cfg(feature = "redis")]
-    if let Some(c) = state.store.tier_counters() {
-        use std::fmt::Write;
-        text.push_str("# HELP idemgate_redis_tier_total Claims the Redis tier answered (hit), passed to the store (miss), failed on (error) or skipped while Redis was failing (bypassed).\n# TYPE idemgate_redis_tier_total counter\n");
-        for (result, n) in [
-            ("hit", c.hits),
-            ("miss", c.misses),
-            ("error", c.errors),
-            ("bypassed", c.bypassed),
-        ] {
-            let _ = writeln!(text, "idemgate_redis_tier_total{{result=\"{result}\"}} {n}");
-        }
-    }
-    let mut response = text.into_response();
+    let scrape = Scrape {
+        rows: state.row_counts().await,
+        tier: state.tier_counts(),
+    };
+    let mut response = state.metrics.render(scrape).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(metrics::CONTENT_TYPE),
     );
     Outcome::Metrics.on(response)
 }

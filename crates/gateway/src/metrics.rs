@@ -1,42 +1,135 @@
-//! Prometheus metrics, kept in the gateway's state.
+//! Prometheus metrics: a `prometheus-client` registry per gateway.
 //!
-//! A small registry of its own rather than the `metrics` facade: the facade records into one
-//! process-wide recorder, and the gateway must be able to run several instances side by side (in
-//! tests, each with its own counts). Labels are low-cardinality: the configured source (or
-//! `unknown`) and the outcome; never an event id.
+//! A registry of its own rather than a process-wide recorder: the gateway must be able to run
+//! several instances side by side (in tests, each with its own counts). Labels are
+//! low-cardinality: the configured source (or `unknown`) and the outcome; never an event id.
+//!
+//! What the gateway counts lives in [`Metrics`]'s registry; what the store knows (record counts,
+//! the Redis tier's answers) is read when scraped and encoded from a registry made for that
+//! scrape, so a value the store could not give is left out rather than shown stale.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the claim latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [
     0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Delivery {
+    source: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BySource {
+    source: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierResult {
+    result: &'static str,
+}
+
+/// The gateway's counters, histogram and gauges, registered once.
+#[derive(Debug)]
 pub struct Metrics {
-    deliveries: Mutex<BTreeMap<(String, &'static str), u64>>,
-    late: Mutex<BTreeMap<String, u64>>,
-    claim_buckets: [AtomicU64; BUCKETS.len()],
-    claim_count: AtomicU64,
-    claim_sum_micros: AtomicU64,
-    sweeper_runs: AtomicU64,
-    sweeper_rows: AtomicU64,
-    sweeper_failures: AtomicU64,
-    connections_open: std::sync::Arc<AtomicU64>,
-    connections_refused: AtomicU64,
+    registry: Registry,
+    deliveries: Family<Delivery, Counter>,
+    late: Family<BySource, Counter>,
+    claim_duration: Histogram,
+    sweeper_runs: Counter,
+    sweeper_rows: Counter,
+    sweeper_failures: Counter,
+    connections_open: Gauge,
+    connections_refused: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let deliveries = Family::<Delivery, Counter>::default();
+        let late = Family::<BySource, Counter>::default();
+        let claim_duration = Histogram::new(BUCKETS);
+        let sweeper_runs = Counter::default();
+        let sweeper_rows = Counter::default();
+        let sweeper_failures = Counter::default();
+        let connections_open = Gauge::default();
+        let connections_refused = Counter::default();
+
+        let mut registry = Registry::default();
+        registry.register(
+            "idemgate_deliveries",
+            "Deliveries and API claims by source and outcome",
+            deliveries.clone(),
+        );
+        registry.register(
+            "idemgate_late_duplicates",
+            "Deliveries after their record expired, of events processed before (TTL too short, or a replay)",
+            late.clone(),
+        );
+        registry.register_with_unit(
+            "idemgate_claim_duration",
+            "Time the store took to answer a claim",
+            Unit::Seconds,
+            claim_duration.clone(),
+        );
+        registry.register(
+            "idemgate_connections_open",
+            "Connections being served",
+            connections_open.clone(),
+        );
+        registry.register(
+            "idemgate_connections_refused",
+            "Connections refused beyond limits.max_connections",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "idemgate_sweeper_runs",
+            "Sweeper runs",
+            sweeper_runs.clone(),
+        );
+        registry.register(
+            "idemgate_sweeper_rows",
+            "Expired records the sweeper deleted",
+            sweeper_rows.clone(),
+        );
+        registry.register(
+            "idemgate_sweeper_failures",
+            "Sweeper runs that failed",
+            sweeper_failures.clone(),
+        );
+        Self {
+            registry,
+            deliveries,
+            late,
+            claim_duration,
+            sweeper_runs,
+            sweeper_rows,
+            sweeper_failures,
+            connections_open,
+            connections_refused,
+        }
+    }
 }
 
 /// One served connection, counted in `idemgate_connections_open` until dropped.
 #[derive(Debug)]
-pub struct OpenConnection(std::sync::Arc<AtomicU64>);
+pub struct OpenConnection(Gauge);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
@@ -47,164 +140,179 @@ pub struct RowCounts {
     pub expired: u64,
 }
 
+/// The Redis tier's answers since start, read from the tier when scraped.
+#[derive(Debug, Clone, Copy)]
+pub struct TierCounts {
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    pub bypassed: u64,
+}
+
+/// What the store reported at this scrape; `None` where it could not tell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scrape {
+    pub rows: Option<RowCounts>,
+    pub tier: Option<TierCounts>,
+}
+
 impl Metrics {
     /// Counts one delivery (or API claim) with its outcome.
     pub fn delivery(&self, source: &str, outcome: &'static str) {
-        let mut map = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((source.to_owned(), outcome)).or_default() += 1;
+        self.deliveries
+            .get_or_create(&Delivery {
+                source: source.to_owned(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Counts one late duplicate (a delivery after its record expired, of an event processed
     /// before).
     pub fn late_duplicate(&self, source: &str) {
-        let mut map = self.late.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry(source.to_owned()).or_default() += 1;
+        self.late.get_or_create(&by_source(source)).inc();
     }
 
     /// How many late duplicates `source` had (for tests and logs).
     pub fn late_duplicates(&self, source: &str) -> u64 {
-        let map = self.late.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(source).copied().unwrap_or(0)
+        self.late.get_or_create(&by_source(source)).get()
     }
 
     /// Records how long one claim took in the store.
     pub fn claim_latency(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (bound, bucket) in BUCKETS.iter().zip(&self.claim_buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.claim_count.fetch_add(1, Ordering::Relaxed);
-        self.claim_sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.claim_duration.observe(d.as_secs_f64());
     }
 
     /// Counts a connection being served until the guard is dropped.
     pub fn connection_opened(&self) -> OpenConnection {
-        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.connections_open.inc();
         OpenConnection(self.connections_open.clone())
     }
 
     /// Counts a connection refused beyond `limits.max_connections`.
     pub fn connection_refused(&self) {
-        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+        self.connections_refused.inc();
     }
 
-    /// Records one sweeper run.
+    /// Records one sweeper run: the rows it deleted, or `None` when it failed.
     pub fn sweep_run(&self, rows: Option<u64>) {
-        self.sweeper_runs.fetch_add(1, Ordering::Relaxed);
+        self.sweeper_runs.inc();
         match rows {
-            Some(rows) => self.sweeper_rows.fetch_add(rows, Ordering::Relaxed),
-            None => self.sweeper_failures.fetch_add(1, Ordering::Relaxed),
+            Some(rows) => self.sweeper_rows.inc_by(rows),
+            None => self.sweeper_failures.inc(),
         };
     }
 
     /// How many deliveries of `source` had `outcome` (for tests and logs).
-    pub fn deliveries(&self, source: &str, outcome: &str) -> u64 {
-        let map = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
-            .filter(|((s, o), _)| s == source && *o == outcome)
-            .map(|(_, n)| *n)
-            .sum()
+    pub fn deliveries(&self, source: &str, outcome: &'static str) -> u64 {
+        self.deliveries
+            .get_or_create(&Delivery {
+                source: source.to_owned(),
+                outcome,
+            })
+            .get()
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self, rows: Option<RowCounts>) -> String {
-        let mut out = String::new();
-        out.push_str(
-            "# HELP idemgate_deliveries_total Deliveries and API claims by source and outcome.\n",
-        );
-        out.push_str("# TYPE idemgate_deliveries_total counter\n");
-        {
-            let map = self.deliveries.lock().unwrap_or_else(|p| p.into_inner());
-            for ((source, outcome), n) in map.iter() {
-                let _ = writeln!(
-                    out,
-                    "idemgate_deliveries_total{{source=\"{}\",outcome=\"{outcome}\"}} {n}",
-                    escape(source)
-                );
-            }
-        }
-        out.push_str("# HELP idemgate_late_duplicates_total Deliveries after their record expired, of events processed before (TTL too short, or a replay).\n");
-        out.push_str("# TYPE idemgate_late_duplicates_total counter\n");
-        {
-            let map = self.late.lock().unwrap_or_else(|p| p.into_inner());
-            for (source, n) in map.iter() {
-                let _ = writeln!(
-                    out,
-                    "idemgate_late_duplicates_total{{source=\"{}\"}} {n}",
-                    escape(source)
-                );
-            }
-        }
-        out.push_str(
-            "# HELP idemgate_claim_duration_seconds Time the store took to answer a claim.\n",
-        );
-        out.push_str("# TYPE idemgate_claim_duration_seconds histogram\n");
-        for (bound, bucket) in BUCKETS.iter().zip(&self.claim_buckets) {
-            let _ = writeln!(
-                out,
-                "idemgate_claim_duration_seconds_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]): the gateway's own metrics, then what
+    /// the store reported at this scrape.
+    pub fn render(&self, scrape: Scrape) -> String {
+        let mut read = Registry::default();
+        if let Some(rows) = scrape.rows {
+            read.register(
+                "idemgate_live_rows",
+                "Dedup records not yet expired",
+                gauge(rows.live),
+            );
+            read.register(
+                "idemgate_expired_rows",
+                "Dedup records expired but not yet swept",
+                gauge(rows.expired),
             );
         }
-        let count = self.claim_count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "idemgate_claim_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(
-            out,
-            "idemgate_claim_duration_seconds_sum {}",
-            self.claim_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "idemgate_claim_duration_seconds_count {count}");
-        if let Some(rows) = rows {
-            out.push_str("# HELP idemgate_live_rows Dedup records not yet expired.\n");
-            out.push_str("# TYPE idemgate_live_rows gauge\n");
-            let _ = writeln!(out, "idemgate_live_rows {}", rows.live);
-            out.push_str("# HELP idemgate_expired_rows Dedup records expired but not yet swept.\n");
-            out.push_str("# TYPE idemgate_expired_rows gauge\n");
-            let _ = writeln!(out, "idemgate_expired_rows {}", rows.expired);
+        if let Some(tier) = scrape.tier {
+            let family = Family::<TierResult, Counter>::default();
+            for (result, n) in [
+                ("hit", tier.hits),
+                ("miss", tier.misses),
+                ("error", tier.errors),
+                ("bypassed", tier.bypassed),
+            ] {
+                family.get_or_create(&TierResult { result }).inc_by(n);
+            }
+            read.register(
+                "idemgate_redis_tier",
+                "Claims the Redis tier answered (hit), passed to the store (miss), failed on (error) or skipped while Redis was failing (bypassed)",
+                family,
+            );
         }
-        let _ = writeln!(
-            out,
-            "# HELP idemgate_connections_open Connections being served.\n# TYPE idemgate_connections_open gauge\nidemgate_connections_open {}",
-            self.connections_open.load(Ordering::Relaxed)
-        );
-        for (name, help, value) in [
-            (
-                "idemgate_connections_refused_total",
-                "Connections refused beyond limits.max_connections.",
-                &self.connections_refused,
-            ),
-            (
-                "idemgate_sweeper_runs_total",
-                "Sweeper runs.",
-                &self.sweeper_runs,
-            ),
-            (
-                "idemgate_sweeper_rows_total",
-                "Expired records the sweeper deleted.",
-                &self.sweeper_rows,
-            ),
-            (
-                "idemgate_sweeper_failures_total",
-                "Sweeper runs that failed.",
-                &self.sweeper_failures,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &read))
+            .and_then(|()| encode_eof(&mut out));
         out
     }
 }
 
-/// Escapes a label value (source names are `[a-z0-9._-]`, but be safe).
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn by_source(source: &str) -> BySource {
+    BySource {
+        source: source.to_owned(),
+    }
+}
+
+fn gauge(value: u64) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    gauge
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_what_the_store_reported() {
+        let m = Metrics::default();
+        m.delivery("stripe", "forwarded");
+        m.delivery("stripe", "forwarded");
+        m.late_duplicate("stripe");
+        m.claim_latency(Duration::from_micros(700));
+        m.sweep_run(Some(5));
+        m.sweep_run(None);
+        let open = m.connection_opened();
+        let text = m.render(Scrape {
+            rows: Some(RowCounts {
+                live: 7,
+                expired: 2,
+            }),
+            tier: Some(TierCounts {
+                hits: 3,
+                misses: 1,
+                errors: 0,
+                bypassed: 0,
+            }),
+        });
+        for line in [
+            "idemgate_deliveries_total{source=\"stripe\",outcome=\"forwarded\"} 2",
+            "idemgate_late_duplicates_total{source=\"stripe\"} 1",
+            "idemgate_claim_duration_seconds_count 1",
+            "idemgate_claim_duration_seconds_bucket{le=\"0.001\"} 1",
+            "idemgate_claim_duration_seconds_bucket{le=\"0.0005\"} 0",
+            "idemgate_sweeper_runs_total 2",
+            "idemgate_sweeper_rows_total 5",
+            "idemgate_sweeper_failures_total 1",
+            "idemgate_connections_open 1",
+            "idemgate_live_rows 7",
+            "idemgate_expired_rows 2",
+            "idemgate_redis_tier_total{result=\"hit\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        drop(open);
+        let text = m.render(Scrape::default());
+        assert!(text.contains("idemgate_connections_open 0"), "{text}");
+        assert!(!text.contains("idemgate_live_rows"), "{text}");
+        assert!(!text.contains("idemgate_redis_tier"), "{text}");
+    }
 }

@@ -15,7 +15,7 @@ use idemgate_providers::Verifier;
 use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy};
 use crate::error::{self, AppError};
 use crate::forward;
-use crate::metrics::{Metrics, RowCounts};
+use crate::metrics::{Metrics, RowCounts, TierCounts};
 use crate::outcome::Outcome;
 
 /// A configured source, ready to serve.
@@ -208,6 +208,20 @@ impl AppState {
                 None
             }
         }
+    }
+
+    /// The Redis tier's answers since start, when there is a tier.
+    pub(crate) fn tier_counts(&self) -> Option<TierCounts> {
+        #[cfg(feature = "redis")]
+        if let Some(c) = self.store.tier_counters() {
+            return Some(TierCounts {
+                hits: c.hits,
+                misses: c.misses,
+                errors: c.errors,
+                bypassed: c.bypassed,
+            });
+        }
+        None
     }
 }
 
