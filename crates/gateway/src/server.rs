@@ -142,6 +142,7 @@ async fn accept_loop(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
     use hyper_util::service::TowerToHyperService;
 
     let limits = state.limits.clone();
@@ -149,8 +150,10 @@ async fn accept_loop(
     let slots = Arc::new(Semaphore::new(cap));
     let refusal = refusal();
     let mut refused = Refusals::default();
+    // Every connection is watched: at shutdown each finishes the request it is serving and
+    // closes, and `graceful.shutdown()` resolves when the last one has.
+    let graceful = GracefulShutdown::new();
     let mut connections = tokio::task::JoinSet::new();
-    let (drain, draining) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -172,7 +175,6 @@ async fn accept_loop(
                 };
                 let _ = stream.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
-                let mut draining = draining.clone();
                 // Under pressure (more than half the slots taken), a new connection gets at most
                 // two seconds for its headers: a flood of slow clients then clears itself.
                 let header_timeout = if slots.available_permits() < cap / 2 {
@@ -180,22 +182,16 @@ async fn accept_loop(
                 } else {
                     limits.header_timeout
                 };
-                let metrics = state.clone();
+                let open = state.metrics.connection_opened();
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(TokioIo::new(problem_io::ProblemIo::new(stream)), service);
+                let conn = graceful.watch(conn);
                 connections.spawn(async move {
                     let _slot = slot;
-                    let _open = metrics.metrics.connection_opened();
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_timeout)
-                        .serve_connection(TokioIo::new(problem_io::ProblemIo::new(stream)), service);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => {}
-                        _ = async { let _ = draining.wait_for(|d| *d).await; } => {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = conn.await;
-                        }
-                    }
+                    let _open = open;
+                    let _ = conn.await;
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -207,9 +203,9 @@ async fn accept_loop(
         connections = connections.len(),
         "shutting down: no new connections; finishing in-flight requests"
     );
-    let _ = drain.send(true);
     let grace = limits.shutdown_grace;
     let drained = tokio::time::timeout(grace, async {
+        graceful.shutdown().await;
         while connections.join_next().await.is_some() {}
     })
     .await;
