@@ -156,6 +156,7 @@ pub(crate) async fn create_claim(
     labelled(label, result.unwrap_or_else(IntoResponse::into_response))
 }
 
+#[tracing::instrument(name = "api_claim", skip_all, fields(source = %req.source, event_id = %req.event_id))]
 async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     let (src, key) = key(state, &req.source, &req.event_id)?;
     let mut claim = src.claim_request(key);
@@ -200,6 +201,7 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     })
 }
 
+#[tracing::instrument(name = "api_finish", skip(state, headers, body))]
 async fn finish(
     state: &AppState,
     headers: &HeaderMap,
@@ -248,6 +250,7 @@ pub(crate) async fn release(
 }
 
 /// "Did we process X, and when?": the live record and the whole history of one event.
+#[tracing::instrument(name = "api_lookup", skip(state, headers))]
 pub(crate) async fn event(
     State(state): State<AppState>,
     Path((source, event_id)): Path<(String, String)>,

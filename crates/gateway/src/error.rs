@@ -161,6 +161,13 @@ impl IntoResponse for AppError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        // A 401 names the scheme it wants (RFC 9110): the API's bearer token.
+        if let Self::Unauthorized = self {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"idemgate\""),
+            );
+        }
         response
     }
 }

@@ -44,6 +44,8 @@ pub(crate) async fn hook(
     }
 }
 
+/// One delivery, from its body to its answer: verified, claimed, forwarded under the claim.
+#[tracing::instrument(name = "delivery", skip_all, fields(source = %name, event_id = tracing::field::Empty))]
 async fn receive(
     state: &AppState,
     name: &str,
@@ -74,6 +76,7 @@ async fn receive(
         Err(e) => return Err(verify_error(e)),
     };
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
+    tracing::Span::current().record("event_id", verified.event_id.as_str());
     let key = Key::new(src.name.clone(), verified.event_id);
     let claim = src.claim_request(key).fingerprint(fingerprint);
     // One caller of `process_once`: forward (or just accept) under the claim; a 2xx completes

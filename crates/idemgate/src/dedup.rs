@@ -183,6 +183,7 @@ impl Dedup {
     /// # Errors
     /// [`ProcessError::Store`] when the claim could not be made; [`ProcessError::Failed`] with
     /// the work's error.
+    #[tracing::instrument(name = "process_once", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
     pub async fn process_once<T, E, F, Fut>(
         &self,
         req: ClaimRequest,

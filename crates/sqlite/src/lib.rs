@@ -376,25 +376,30 @@ fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>>
 }
 
 impl ClaimStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite_claim", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         self.send(|reply| Command::Claim(req, reply)).await
     }
 
+    #[tracing::instrument(name = "sqlite_complete", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         let token = token.clone();
         self.send(|reply| Command::Complete(token, reply)).await
     }
 
+    #[tracing::instrument(name = "sqlite_release", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id))]
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         let token = token.clone();
         self.send(|reply| Command::Release(token, reply)).await
     }
 
+    #[tracing::instrument(name = "sqlite_renew", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id))]
     async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
         let token = token.clone();
         self.send(|reply| Command::Renew(token, lease, reply)).await
     }
 
+    #[tracing::instrument(name = "sqlite_lookup", level = "debug", skip_all, fields(source = %key.source, event_id = %key.event_id))]
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         let key = key.clone();
         self.read(move |conn, now| {
@@ -437,6 +442,7 @@ impl Identity for SqliteStore {
 }
 
 impl Instances for SqliteStore {
+    #[tracing::instrument(name = "sqlite_register_boot", level = "debug", skip_all, fields(instance = %instance))]
     async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
         let instance = instance.clone();
         self.send(|reply| Command::Boot(instance, reply)).await
@@ -444,6 +450,7 @@ impl Instances for SqliteStore {
 }
 
 impl Sweep for SqliteStore {
+    #[tracing::instrument(name = "sqlite_sweep", level = "debug", skip(self))]
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         self.send(|reply| Command::Sweep(batch, reply)).await
     }
@@ -464,6 +471,7 @@ impl HistoryQuery for SqliteStore {
         .await
     }
 
+    #[tracing::instrument(name = "sqlite_observe", level = "debug", skip(self))]
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         self.read(move |conn, now| {
             let failed = || sql("cannot read history");
@@ -496,6 +504,7 @@ impl HistoryQuery for SqliteStore {
 }
 
 impl HistoryRetention for SqliteStore {
+    #[tracing::instrument(name = "sqlite_purge_history", level = "debug", skip_all)]
     async fn purge_history(
         &self,
         retention: Duration,
@@ -507,6 +516,7 @@ impl HistoryRetention for SqliteStore {
 }
 
 impl Stats for SqliteStore {
+    #[tracing::instrument(name = "sqlite_stats", level = "debug", skip_all)]
     async fn stats(&self) -> Result<StoreStats, StoreError> {
         let path = self.inner.path.clone();
         self.read(move |conn, now| {
