@@ -68,12 +68,9 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
         }
         outln!(
             "    mode      {}, lease {}, late duplicates {}",
-            match sc.mode {
-                idemgate_gateway::config::Mode::OnSuccess => "on_success",
-                idemgate_gateway::config::Mode::OnReceipt => "on_receipt",
-            },
+            sc.mode.as_str(),
             Human(policy.lease),
-            idemgate_core::LateDuplicates::from(sc.late_duplicates).as_str()
+            sc.late_duplicates.as_str()
         );
         match &sc.forward_url {
             Some(url) => outln!(

@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::key::{Fingerprint, InstanceName, Key};
 use crate::time::Timestamp;
 
-/// When a claimed record counts as processed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When a claimed record counts as processed. In configuration: `on_success` or `on_receipt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ClaimMode {
     /// The record is `processing` under a lease until the caller calls `complete`; a crashed
     /// caller's lease lapses and the next delivery takes the claim over.
@@ -18,9 +19,21 @@ pub enum ClaimMode {
     OnReceipt,
 }
 
+impl ClaimMode {
+    /// The mode as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OnSuccess => "on_success",
+            Self::OnReceipt => "on_receipt",
+        }
+    }
+}
+
 /// What a claim does when it finds no live record but history shows the event was processed
-/// before: a delivery after its TTL (too short a TTL, or a replayed request).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// before: a delivery after its TTL (too short a TTL, or a replayed request). In configuration:
+/// `off`, `flag` or `reject`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LateDuplicates {
     /// Do not look: the claim is a first receipt.
     Off,

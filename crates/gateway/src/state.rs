@@ -269,15 +269,12 @@ fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::Confi
     let verifier = crate::ingest::verifier(sc)?;
     Ok(Source {
         name: policy.name.clone(),
+        forward_url: policy.forward_url.clone(),
         policy,
         verifier,
-        forward_url: sc
-            .forward_url
-            .as_deref()
-            .map(|u| u.parse().expect("validated in policy()")),
         forward_timeout: sc.forward_timeout,
-        mode: sc.mode.into(),
+        mode: sc.mode,
         on_conflict: sc.on_conflict,
-        late_duplicates: sc.late_duplicates.into(),
+        late_duplicates: sc.late_duplicates,
     })
 }

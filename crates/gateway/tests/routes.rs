@@ -324,3 +324,27 @@ async fn a_delivery_is_traced_from_the_handler_to_the_claim() {
         assert!(seen.iter().any(|s| s == name), "no {name} span in {seen:?}");
     }
 }
+
+/// The OpenAPI document describes every outcome the gateway can send: the header's pattern and
+/// the problem type's pattern admit each spelling (snake_case).
+#[test]
+fn the_openapi_patterns_admit_every_outcome() {
+    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
+    let header = doc["components"]["headers"]["Outcome"]["schema"]["pattern"]
+        .as_str()
+        .unwrap();
+    let problem = doc["components"]["schemas"]["Problem"]["properties"]["type"]["pattern"]
+        .as_str()
+        .unwrap();
+    assert_eq!(header, "^[a-z][a-z_]*$");
+    assert_eq!(problem, "^urn:idemgate:problem:[a-z][a-z_]*$");
+    for outcome in Outcome::ALL {
+        let name = outcome.as_str();
+        let mut chars = name.chars();
+        assert!(
+            chars.next().is_some_and(|c| c.is_ascii_lowercase())
+                && chars.all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{name} is outside the documented pattern"
+        );
+    }
+}

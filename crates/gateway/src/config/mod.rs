@@ -171,44 +171,6 @@ pub enum OnConflict {
     Reject,
 }
 
-/// The `late_duplicates` key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LatePolicy {
-    Off,
-    #[default]
-    Flag,
-    Reject,
-}
-
-impl From<LatePolicy> for LateDuplicates {
-    fn from(p: LatePolicy) -> Self {
-        match p {
-            LatePolicy::Off => LateDuplicates::Off,
-            LatePolicy::Flag => LateDuplicates::Flag,
-            LatePolicy::Reject => LateDuplicates::Reject,
-        }
-    }
-}
-
-/// When a delivery counts as processed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    #[default]
-    OnSuccess,
-    OnReceipt,
-}
-
-impl From<Mode> for ClaimMode {
-    fn from(m: Mode) -> Self {
-        match m {
-            Mode::OnSuccess => ClaimMode::OnSuccess,
-            Mode::OnReceipt => ClaimMode::OnReceipt,
-        }
-    }
-}
-
 /// One `[[source]]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -233,7 +195,7 @@ pub struct SourceConfig {
     pub ttl_override: Option<Duration>,
     pub ttl_override_reason: Option<String>,
     #[serde(default)]
-    pub mode: Mode,
+    pub mode: ClaimMode,
     /// How long a forward may hold the claim before another delivery takes it over.
     #[serde(default, with = "human_opt")]
     pub lease: Option<Duration>,
@@ -242,7 +204,7 @@ pub struct SourceConfig {
     /// A delivery whose record expired but whose event history shows processed: "flag" (process
     /// it, record and count it), "reject" (answer 200 without processing) or "off".
     #[serde(default)]
-    pub late_duplicates: LatePolicy,
+    pub late_duplicates: LateDuplicates,
     #[serde(default = "default_forward_timeout", with = "human")]
     pub forward_timeout: Duration,
     /// Signature timestamp tolerance: a replay guard, not the retry window.
@@ -280,6 +242,8 @@ pub struct SourcePolicy {
     pub name: SourceName,
     pub ttl: TtlPolicy,
     pub lease: Duration,
+    /// `forward_url`, parsed.
+    pub forward_url: Option<hyper::Uri>,
 }
 
 impl SourceConfig {
@@ -362,19 +326,26 @@ impl SourceConfig {
         if self.forward_timeout.is_zero() {
             return Err(self.invalid("forward_timeout", "must be above zero"));
         }
-        if let Some(url) = &self.forward_url {
-            let ok = url
-                .parse::<hyper::Uri>()
-                .ok()
-                .filter(|u| u.scheme_str() == Some("http") && u.host().is_some());
-            if ok.is_none() {
-                return Err(self.invalid(
-                    "forward_url",
-                    format!("{url:?} is not an http:// URL with a host"),
-                ));
-            }
-        }
-        Ok(SourcePolicy { name, ttl, lease })
+        let forward_url = match &self.forward_url {
+            None => None,
+            Some(url) => Some(
+                url.parse::<hyper::Uri>()
+                    .ok()
+                    .filter(|u| u.scheme_str() == Some("http") && u.host().is_some())
+                    .ok_or_else(|| {
+                        self.invalid(
+                            "forward_url",
+                            format!("{url:?} is not an http:// URL with a host"),
+                        )
+                    })?,
+            ),
+        };
+        Ok(SourcePolicy {
+            name,
+            ttl,
+            lease,
+            forward_url,
+        })
     }
 
     pub(crate) fn invalid(&self, key: &'static str, why: impl Into<String>) -> ConfigError {
