@@ -4,13 +4,14 @@
 //! # Layout
 //!
 //! - [`config`]: [`PgConfig`] and [`Expiry`] (batched or partitioned), validated with errors
-//!   that name the key.
+//!   that name the key; [`PgSettings`], the `[store.postgres]` table of a configuration file,
+//!   deserialized as it is.
 //! - [`migrate`](mod@migrate): versioned `.sql` migrations, applied in one transaction under an
 //!   advisory lock; a schema migrated by a newer idemgate is refused untouched.
 //! - `store`: [`PgStore`], the [`ClaimStore`](idemgate_core::ClaimStore),
 //!   [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
 //!   [`Identity`](idemgate_core::Identity) and [`Instances`](idemgate_core::Instances)
-//!   implementations.
+//!   implementations; [`PgStore::connect`] builds its pool, [`PgStore::from_pool`] takes yours.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
 //!   call over arrays.
 //! - `db`: the pool and configuration the store and its batcher share, and the partitions rows
