@@ -180,7 +180,7 @@ fn default_history_retention() -> Duration {
 }
 
 /// The sweep keys of `[store.postgres]`, in a build without the `postgres` feature (with it,
-/// [`idemgate_postgres::PgSettings`] holds them). Other keys of the table are ignored.
+/// `idemgate_postgres::PgSettings` holds them). Other keys of the table are ignored.
 #[cfg(not(feature = "postgres"))]
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]

@@ -61,7 +61,7 @@ impl PgStore {
     /// claim batcher (on the current tokio runtime).
     ///
     /// # Errors
-    /// Everything [`migrate`] refuses ([`PgError::Config`], [`PgError::Connect`],
+    /// Everything [`migrate()`] refuses ([`PgError::Config`], [`PgError::Connect`],
     /// [`PgError::NewerSchema`], [`PgError::ModeMismatch`]), and [`PgError::Db`] when the
     /// partitions cannot be created.
     pub async fn connect(cfg: PgConfig) -> Result<Self, PgError> {
