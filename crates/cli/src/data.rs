@@ -1,7 +1,7 @@
 //! The commands that read or change a store: `migrate`, `sweep`, `stats`, `lookup`.
 
 use std::io::IsTerminal;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -78,7 +78,7 @@ fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Co
     }
     if config.store.kind == StoreKind::Postgres {
         let pg = &mut config.store.postgres;
-        pg.pool_size = 2;
+        pg.pool_size = NonZeroUsize::new(2).expect("non-zero");
         // A config file says how its schema is created; the flags say it for --postgres.
         if file.is_none() {
             pg.expiry = match args.expiry {
@@ -88,7 +88,7 @@ fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Co
             pg.partition_width = args.partition_width;
         }
         if let Some((batch, pause)) = sweep {
-            pg.sweep_batch = batch;
+            pg.sweep_batch = NonZeroU32::new(batch).unwrap_or(NonZeroU32::MIN);
             pg.sweep_pause = pause;
         }
     }

@@ -150,3 +150,45 @@ fn zero_timeouts_and_connection_caps_are_refused() {
     let err = load("[limits]\nmax_connections = 0\n").unwrap_err();
     assert!(err.starts_with("limits.max_connections in "), "{err}");
 }
+
+/// `[store.postgres]` is the PostgreSQL store's own settings type: a zero count is refused with
+/// the key, the file and the line, never replaced by a default.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_zero_pool_size_is_refused_with_the_key_and_line() {
+    let store = "[store]\nkind = \"postgres\"\nurl = \"postgres://db/app\"\n\n[store.postgres]\nschema = \"s\"\n";
+    for key in ["pool_size", "batch_max", "sweep_batch"] {
+        let err = load(&format!("{STRIPE}\n{store}{key} = 0\n")).unwrap_err();
+        assert!(
+            err.starts_with(&format!("store.postgres.{key} in "))
+                && err.contains("idemgate.toml (line 12)")
+                && err.contains("nonzero"),
+            "{err}"
+        );
+    }
+    let err = load(&format!("{STRIPE}\n{store}pool_sise = 4\n")).unwrap_err();
+    assert!(
+        err.starts_with("store.postgres.pool_sise in ") && err.contains("did you mean pool_size?"),
+        "{err}"
+    );
+    let config = load(&format!(
+        "{STRIPE}\n{store}pool_size = 3\nexpiry = \"partitioned\"\npartition_width = \"6h\"\n"
+    ))
+    .unwrap();
+    let pg = &config.store.postgres;
+    assert_eq!(pg.pool_size.get(), 3);
+    assert_eq!(pg.partition_width, Duration::from_secs(6 * 3_600));
+    assert_eq!(pg.schema, "s");
+}
+
+/// The sweep keys of `[store.postgres]` apply to every engine, in every build.
+#[test]
+fn the_sweep_keys_of_store_postgres_apply_to_every_engine() {
+    let config = load(&format!(
+        "{STRIPE}\n[store]\nkind = \"sqlite\"\n\n[store.postgres]\nsweep_batch = 7\nsweep_pause = \"1s\"\npartition_width = \"1h\"\n"
+    ))
+    .unwrap();
+    let opts = config.store.sweep_options();
+    assert_eq!(opts.batch.get(), 7);
+    assert_eq!(opts.pause, Duration::from_secs(1));
+}

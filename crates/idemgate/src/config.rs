@@ -4,9 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use idemgate_core::sweep::SweepOptions;
 use serde::Deserialize;
 
 use crate::duration::{human, human_opt};
+
+/// `[store.postgres]`, deserialized as the PostgreSQL store's own [`PgSettings`].
+#[cfg(feature = "postgres")]
+pub use idemgate_postgres::{ExpiryMode, PgSettings};
 
 /// A store setting that cannot work, naming its key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,9 +87,16 @@ pub struct StoreConfig {
     pub path: PathBuf,
     /// The PostgreSQL URL (`kind = "postgres"`).
     pub url: Option<String>,
-    /// PostgreSQL tuning and expiry.
+    /// `[store.postgres]`: PostgreSQL tuning and expiry, the store's own [`PgSettings`]. Its
+    /// `sweep_batch` and `sweep_pause` apply to every engine ([`StoreConfig::sweep_options`]).
+    #[cfg(feature = "postgres")]
     #[serde(default)]
-    pub postgres: PostgresConfig,
+    pub postgres: PgSettings,
+    /// `[store.postgres]` in a build without the `postgres` feature: only the sweep keys are
+    /// read (they apply to every engine); the rest is accepted and ignored.
+    #[cfg(not(feature = "postgres"))]
+    #[serde(default)]
+    pub postgres: PostgresSweep,
     /// Redis: the store (`kind = "redis"`) or a tier in front of the SQL store.
     pub redis: Option<RedisSection>,
     /// How often expired dedup records are swept.
@@ -128,10 +140,9 @@ impl StoreConfig {
 
     /// How each sweep run deletes: `[store.postgres]` sweep_batch and sweep_pause (they apply to
     /// every engine that deletes in batches).
-    pub fn sweep_options(&self) -> idemgate_core::sweep::SweepOptions {
-        idemgate_core::sweep::SweepOptions {
-            batch: std::num::NonZeroU32::new(self.postgres.sweep_batch)
-                .unwrap_or(std::num::NonZeroU32::MIN),
+    pub fn sweep_options(&self) -> SweepOptions {
+        SweepOptions {
+            batch: self.postgres.sweep_batch,
             pause: self.postgres.sweep_pause,
         }
     }
@@ -143,7 +154,7 @@ impl Default for StoreConfig {
             kind: StoreKind::default(),
             path: default_path(),
             url: None,
-            postgres: PostgresConfig::default(),
+            postgres: Default::default(),
             redis: None,
             sweep_interval: default_sweep_interval(),
             history_retention: default_history_retention(),
@@ -164,83 +175,30 @@ fn default_history_interval() -> Duration {
     Duration::from_secs(3_600)
 }
 
-/// How dedup records expire in PostgreSQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ExpiryMode {
-    /// Bounded batched deletes of expired rows.
-    #[default]
-    Batched,
-    /// Range partitions on `expires_at`, dropped whole.
-    Partitioned,
-}
-
-/// `[store.postgres]`: the PostgreSQL store's tuning and expiry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresConfig {
-    /// The schema holding idemgate's tables (created by the migrations).
-    #[serde(default = "default_schema")]
-    pub schema: String,
-    /// Most claims in one group-committed statement.
-    #[serde(default = "default_batch_max")]
-    pub batch_max: u32,
-    /// How long a batch waits for more claims.
-    #[serde(default = "default_batch_linger", with = "human")]
-    pub batch_linger: Duration,
-    /// Connections in the pool.
-    #[serde(default = "default_pool_size")]
-    pub pool_size: u32,
-    /// How expired records leave (fixed when the schema is created).
-    #[serde(default)]
-    pub expiry: ExpiryMode,
-    /// Rows per sweep batch (`batched` expiry).
-    #[serde(default = "default_sweep_batch")]
-    pub sweep_batch: u32,
-    /// Pause between sweep batches.
-    #[serde(default = "default_sweep_pause", with = "human")]
-    pub sweep_pause: Duration,
-    /// Width of a dedup partition (`partitioned` expiry); must divide a day evenly.
-    #[serde(default = "default_partition_width", with = "human")]
-    pub partition_width: Duration,
-}
-
-impl Default for PostgresConfig {
-    fn default() -> Self {
-        Self {
-            schema: default_schema(),
-            batch_max: default_batch_max(),
-            batch_linger: default_batch_linger(),
-            pool_size: default_pool_size(),
-            expiry: ExpiryMode::default(),
-            sweep_batch: default_sweep_batch(),
-            sweep_pause: default_sweep_pause(),
-            partition_width: default_partition_width(),
-        }
-    }
-}
-
-fn default_schema() -> String {
-    "idemgate".to_owned()
-}
-fn default_batch_max() -> u32 {
-    256
-}
-fn default_batch_linger() -> Duration {
-    Duration::from_micros(200)
-}
-fn default_pool_size() -> u32 {
-    16
-}
-fn default_sweep_batch() -> u32 {
-    5_000
-}
-fn default_sweep_pause() -> Duration {
-    Duration::from_millis(50)
-}
-fn default_partition_width() -> Duration {
-    Duration::from_secs(86_400)
-}
 fn default_history_retention() -> Duration {
     Duration::from_secs(400 * 86_400)
+}
+
+/// The sweep keys of `[store.postgres]`, in a build without the `postgres` feature (with it,
+/// `idemgate_postgres::PgSettings` holds them). Other keys of the table are ignored.
+#[cfg(not(feature = "postgres"))]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct PostgresSweep {
+    /// Rows per sweep batch. Default 5000.
+    pub sweep_batch: std::num::NonZeroU32,
+    /// The pause between sweep batches. Default 50 ms.
+    #[serde(with = "humantime_serde")]
+    pub sweep_pause: Duration,
+}
+
+#[cfg(not(feature = "postgres"))]
+impl Default for PostgresSweep {
+    fn default() -> Self {
+        let SweepOptions { batch, pause } = SweepOptions::default();
+        Self {
+            sweep_batch: batch,
+            sweep_pause: pause,
+        }
+    }
 }

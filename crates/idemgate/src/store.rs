@@ -321,31 +321,15 @@ pub async fn migrate(config: &Config) -> Result<Migrated, OpenError> {
     }
 }
 
-/// The PostgreSQL store's settings from `[store]`.
+/// The PostgreSQL store's configuration: `[store.postgres]` on `store.url`, with
+/// `store.history_retention`.
 #[cfg(feature = "postgres")]
 pub(crate) fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
-    use std::num::NonZeroUsize;
-
-    use crate::config::ExpiryMode;
-    let p = &config.postgres;
-    let mut pg = idemgate_postgres::PgConfig::new(config.url.clone().unwrap_or_default());
-    let nz = |n: u32, d: usize| {
-        NonZeroUsize::new(n as usize).unwrap_or(NonZeroUsize::new(d).expect("non-zero"))
-    };
-    pg.schema = p.schema.clone();
-    pg.pool_size = nz(p.pool_size, 16);
-    pg.batch_max = nz(p.batch_max, 256);
-    pg.batch_linger = p.batch_linger;
+    let mut pg = idemgate_postgres::PgConfig::from_settings(
+        config.url.clone().unwrap_or_default(),
+        &config.postgres,
+    );
     pg.history_retention = config.history_retention;
-    pg.expiry = match p.expiry {
-        ExpiryMode::Batched => idemgate_postgres::Expiry::Batched {
-            batch: NonZeroU32::new(p.sweep_batch).unwrap_or(NonZeroU32::MIN),
-            pause: p.sweep_pause,
-        },
-        ExpiryMode::Partitioned => idemgate_postgres::Expiry::Partitioned {
-            width: p.partition_width,
-        },
-    };
     pg
 }
 

@@ -1,7 +1,7 @@
 SELECT source,
-       count(*) FILTER (WHERE expires_at > now())::bigint,
-       count(*) FILTER (WHERE expires_at <= now())::bigint,
-       epoch_ms(min(first_seen))
+       count(*) FILTER (WHERE expires_at > now())::bigint AS live,
+       count(*) FILTER (WHERE expires_at <= now())::bigint AS expired,
+       epoch_ms(min(first_seen)) AS oldest_ms
   FROM dedup
  GROUP BY source
  ORDER BY source

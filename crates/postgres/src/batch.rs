@@ -15,8 +15,9 @@ use idemgate_core::{ClaimMode, ClaimOutcome, ClaimRequest, StoreError};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::db::Db;
 use crate::error::PgError;
-use crate::store::{Db, millis, outcome_of};
+use crate::row::{self, millis, outcome_of};
 
 const CLAIM_BATCH: &str = include_str!("../sql/claim_batch.sql");
 
@@ -213,7 +214,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
         .map_err(PgError::db(CONTEXT))?;
     let mut outcomes: Vec<Option<ClaimOutcome>> = vec![None; n];
     for row in &rows {
-        let idx: i32 = row.get(0);
+        let idx: i32 = row::get(row, "r_idx", CONTEXT)?;
         let slot = usize::try_from(idx)
             .ok()
             .and_then(|i| i.checked_sub(1))

@@ -1,7 +1,17 @@
-//! [`PgConfig`]: where the store lives and how it batches and expires, validated once.
+//! [`PgConfig`]: where the store lives and how it batches and expires, validated once; and
+//! [`PgSettings`], the part of it a configuration file's `[store.postgres]` table holds.
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Rows per batch of the batched sweep, by default.
+const SWEEP_BATCH: NonZeroU32 = NonZeroU32::new(5_000).expect("non-zero");
+/// The pause between batches of the batched sweep, by default.
+const SWEEP_PAUSE: Duration = Duration::from_millis(50);
+/// The width of a dedup partition in partitioned mode, by default.
+const PARTITION_WIDTH: Duration = Duration::from_secs(86_400);
 
 /// How expired dedup records leave the table. Chosen when the schema is created; a store refuses
 /// to open a schema created in the other mode.
@@ -19,15 +29,15 @@ impl Expiry {
     /// The default batched mode: 5000 rows per batch, 50 ms between batches.
     pub const fn batched() -> Self {
         Self::Batched {
-            batch: NonZeroU32::new(5_000).expect("non-zero"),
-            pause: Duration::from_millis(50),
+            batch: SWEEP_BATCH,
+            pause: SWEEP_PAUSE,
         }
     }
 
     /// Partitioned mode with the default width of one day.
     pub const fn partitioned() -> Self {
         Self::Partitioned {
-            width: Duration::from_secs(86_400),
+            width: PARTITION_WIDTH,
         }
     }
 
@@ -54,10 +64,84 @@ impl Default for Expiry {
     }
 }
 
+/// The expiry mode alone, as `[store.postgres] expiry` names it: `batched` or `partitioned`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiryMode {
+    /// [`Expiry::Batched`].
+    #[default]
+    Batched,
+    /// [`Expiry::Partitioned`].
+    Partitioned,
+}
+
+/// `[store.postgres]`: the store's settings as a configuration file writes them, everything but
+/// the URL and the history retention (the `[store]` table's `url` and `history_retention`).
+///
+/// Every key may be left out, for its default; an unknown key is refused. Durations are written
+/// as text with a unit (`200us`, `50ms`, `1d`); a count of 0 is refused with its key named, never
+/// replaced by a default. [`PgConfig::from_settings`] makes the store's configuration of it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PgSettings {
+    /// The schema holding idemgate's tables; created by the migrations. Default `idemgate`.
+    pub schema: String,
+    /// Most claims group-committed into one statement. Default 256.
+    pub batch_max: NonZeroUsize,
+    /// How long a batch waits for more claims while another batch is in flight. Default 200 µs.
+    #[serde(with = "humantime_serde")]
+    pub batch_linger: Duration,
+    /// Connections in the pool. Default 16.
+    pub pool_size: NonZeroUsize,
+    /// How expired dedup records leave; fixed when the schema is created. Default `batched`.
+    pub expiry: ExpiryMode,
+    /// Rows per sweep batch. Default 5000.
+    pub sweep_batch: NonZeroU32,
+    /// The pause between sweep batches. Default 50 ms.
+    #[serde(with = "humantime_serde")]
+    pub sweep_pause: Duration,
+    /// The width of a dedup partition (`partitioned` expiry); must divide a day evenly. Default
+    /// one day.
+    #[serde(with = "humantime_serde")]
+    pub partition_width: Duration,
+}
+
+impl Default for PgSettings {
+    fn default() -> Self {
+        Self {
+            schema: "idemgate".to_owned(),
+            batch_max: NonZeroUsize::new(256).expect("non-zero"),
+            batch_linger: Duration::from_micros(200),
+            pool_size: NonZeroUsize::new(16).expect("non-zero"),
+            expiry: ExpiryMode::default(),
+            sweep_batch: SWEEP_BATCH,
+            sweep_pause: SWEEP_PAUSE,
+            partition_width: PARTITION_WIDTH,
+        }
+    }
+}
+
+impl PgSettings {
+    /// The expiry these settings describe: `sweep_batch` and `sweep_pause` in batched mode,
+    /// `partition_width` in partitioned mode.
+    pub fn expiry(&self) -> Expiry {
+        match self.expiry {
+            ExpiryMode::Batched => Expiry::Batched {
+                batch: self.sweep_batch,
+                pause: self.sweep_pause,
+            },
+            ExpiryMode::Partitioned => Expiry::Partitioned {
+                width: self.partition_width,
+            },
+        }
+    }
+}
+
 /// The PostgreSQL store's configuration.
 ///
-/// Build one with [`PgConfig::new`] and adjust the public fields; [`PgConfig::validate`] (run by
-/// [`crate::PgStore::connect`] and [`crate::migrate()`]) names the key of anything wrong.
+/// Build one with [`PgConfig::new`] (or [`PgConfig::from_settings`]) and adjust the public
+/// fields; [`PgConfig::validate`] (run by [`crate::PgStore::connect`] and [`crate::migrate()`])
+/// names the key of anything wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgConfig {
     /// `postgres://user@host:port/db` (or key=value form). TLS is not supported.
@@ -82,14 +166,19 @@ pub struct PgConfig {
 impl PgConfig {
     /// The defaults, on `url`.
     pub fn new(url: impl Into<String>) -> Self {
+        Self::from_settings(url, &PgSettings::default())
+    }
+
+    /// `settings` on `url`, with the default `batch_inflight` and `history_retention`.
+    pub fn from_settings(url: impl Into<String>, settings: &PgSettings) -> Self {
         Self {
             url: url.into(),
-            schema: "idemgate".to_owned(),
-            pool_size: NonZeroUsize::new(16).expect("non-zero"),
-            batch_max: NonZeroUsize::new(256).expect("non-zero"),
-            batch_linger: Duration::from_micros(200),
+            schema: settings.schema.clone(),
+            pool_size: settings.pool_size,
+            batch_max: settings.batch_max,
+            batch_linger: settings.batch_linger,
             batch_inflight: NonZeroUsize::new(2).expect("non-zero"),
-            expiry: Expiry::default(),
+            expiry: settings.expiry(),
             history_retention: Duration::from_secs(400 * 86_400),
         }
     }
@@ -99,7 +188,12 @@ impl PgConfig {
     /// # Errors
     /// [`ConfigError`] naming the first key that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.pg_config()?;
+        self.connection_config()?;
+        self.validate_settings()
+    }
+
+    /// Checks every key but the URL (for a store on a pool built elsewhere).
+    pub(crate) fn validate_settings(&self) -> Result<(), ConfigError> {
         validate_schema(&self.schema)?;
         if self.batch_linger > Duration::from_secs(1) {
             return Err(ConfigError::BatchLinger {
@@ -122,8 +216,15 @@ impl PgConfig {
         Ok(())
     }
 
-    /// The parsed URL, with idemgate's session settings added.
-    pub(crate) fn pg_config(&self) -> Result<tokio_postgres::Config, ConfigError> {
+    /// The parsed URL, with idemgate's session settings added: `search_path` the schema (the
+    /// store's statements name its tables unqualified), `TimeZone` UTC, generic plans, and
+    /// unless the URL says otherwise the application name `idemgate` and a 10 s connect timeout.
+    /// What [`crate::PgStore::connect`] builds its pool from; build yours from it for
+    /// [`crate::PgStore::from_pool`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Url`] when the URL does not parse.
+    pub fn connection_config(&self) -> Result<tokio_postgres::Config, ConfigError> {
         let mut pg: tokio_postgres::Config = self
             .url
             .parse()
@@ -257,6 +358,71 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().starts_with("postgres.url"), "{err}");
+    }
+
+    /// `[store.postgres]` as a configuration file writes it (JSON stands in for TOML here).
+    fn settings(json: &str) -> Result<PgSettings, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn an_empty_settings_table_is_the_defaults() {
+        let s = settings("{}").unwrap();
+        assert_eq!(s, PgSettings::default());
+        assert_eq!(
+            PgConfig::from_settings("postgres://x", &s),
+            PgConfig::new("postgres://x")
+        );
+        assert_eq!(s.pool_size.get(), 16);
+        assert_eq!(s.batch_max.get(), 256);
+        assert_eq!(s.batch_linger, Duration::from_micros(200));
+        assert_eq!(s.expiry(), Expiry::batched());
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let s = settings(
+            r#"{"schema": "s", "batch_max": 8, "batch_linger": "1ms", "pool_size": 3,
+                "expiry": "partitioned", "sweep_batch": 10, "sweep_pause": "2s",
+                "partition_width": "6h"}"#,
+        )
+        .unwrap();
+        let cfg = PgConfig::from_settings("postgres://x", &s);
+        assert_eq!(cfg.schema, "s");
+        assert_eq!(cfg.batch_max.get(), 8);
+        assert_eq!(cfg.batch_linger, Duration::from_millis(1));
+        assert_eq!(cfg.pool_size.get(), 3);
+        assert_eq!(
+            cfg.expiry,
+            Expiry::Partitioned {
+                width: Duration::from_secs(6 * 3_600)
+            }
+        );
+        let s = PgSettings {
+            expiry: ExpiryMode::Batched,
+            ..s
+        };
+        assert_eq!(
+            s.expiry(),
+            Expiry::Batched {
+                batch: NonZeroU32::new(10).unwrap(),
+                pause: Duration::from_secs(2)
+            }
+        );
+    }
+
+    #[test]
+    fn zero_counts_unknown_keys_and_bad_durations_are_refused() {
+        for key in ["pool_size", "batch_max", "sweep_batch"] {
+            let err = settings(&format!(r#"{{"{key}": 0}}"#)).unwrap_err();
+            assert!(err.to_string().contains("nonzero"), "{key}: {err}");
+        }
+        let err = settings(r#"{"pool_sise": 4}"#).unwrap_err();
+        assert!(err.to_string().contains("pool_sise"), "{err}");
+        let err = settings(r#"{"sweep_pause": "soon"}"#).unwrap_err();
+        assert!(err.to_string().contains("soon"), "{err}");
+        let err = settings(r#"{"expiry": "never"}"#).unwrap_err();
+        assert!(err.to_string().contains("never"), "{err}");
     }
 
     #[test]

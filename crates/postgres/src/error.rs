@@ -49,6 +49,12 @@ pub enum PgError {
         stored: String,
         configured: String,
     },
+    /// A connection of a pool given to [`crate::PgStore::from_pool`] does not look in the
+    /// store's schema first.
+    #[error(
+        "the pool's connections run with search_path {found:?}, but the store's statements need schema {schema:?} first; build the pool from PgConfig::connection_config, or set search_path"
+    )]
+    SearchPath { schema: String, found: String },
     /// A connection could not be had from the pool.
     #[error("getting a PostgreSQL connection from the pool")]
     Pool {
@@ -65,6 +71,14 @@ pub enum PgError {
     #[error("PostgreSQL failed while {context}")]
     Db {
         context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A column of an answer is missing, or not of the type this build reads it as.
+    #[error("unexpected answer from PostgreSQL while {context}: cannot read column {column:?}")]
+    Column {
+        context: &'static str,
+        column: &'static str,
         #[source]
         source: tokio_postgres::Error,
     },

@@ -4,15 +4,23 @@
 //! # Layout
 //!
 //! - [`config`]: [`PgConfig`] and [`Expiry`] (batched or partitioned), validated with errors
-//!   that name the key.
+//!   that name the key; [`PgSettings`], the `[store.postgres]` table of a configuration file,
+//!   deserialized as it is.
 //! - [`migrate`](mod@migrate): versioned `.sql` migrations, applied in one transaction under an
 //!   advisory lock; a schema migrated by a newer idemgate is refused untouched.
 //! - `store`: [`PgStore`], the [`ClaimStore`](idemgate_core::ClaimStore),
 //!   [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
 //!   [`Identity`](idemgate_core::Identity) and [`Instances`](idemgate_core::Instances)
-//!   implementations.
+//!   implementations; [`PgStore::connect`] builds its pool, [`PgStore::from_pool`] takes yours.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
 //!   call over arrays.
+//! - `db`: the pool and configuration the store and its batcher share, and the partitions rows
+//!   need (created ahead, dropped past their time).
+//! - `row`: rows read by column name into core's types (a column missing or mistyped is a
+//!   [`PgError::Column`] naming it), and durations as milliseconds.
+//!
+//! Modules depend one way: `store` on `batch`, `db` and `row`; `batch` on `db` and `row`; `db` on
+//! `row`; `sweeper` on `store`. None imports a module that imports it back.
 //! - [`sweeper`]: partition maintenance and the sweep run ([`idemgate_core::Sweep::sweep_run`],
 //!   overridden to maintain partitions first); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
@@ -30,9 +38,11 @@ pub mod migrate;
 pub mod sweeper;
 
 mod batch;
+mod db;
+mod row;
 mod store;
 
-pub use config::{ConfigError, Expiry, PgConfig};
+pub use config::{ConfigError, Expiry, ExpiryMode, PgConfig, PgSettings};
 pub use error::PgError;
 pub use migrate::{MigrateReport, SCHEMA_VERSION, migrate};
 pub use store::PgStore;

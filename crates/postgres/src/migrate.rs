@@ -5,10 +5,13 @@
 //! migration rolls back whole: PostgreSQL's DDL is transactional, so nothing is ever
 //! half-migrated.
 
+use std::collections::HashMap;
+
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::PgConfig;
 use crate::error::PgError;
+use crate::row;
 
 /// One migration: a version and the SQL that brings the schema to it.
 #[derive(Debug)]
@@ -72,25 +75,22 @@ pub async fn check_existing(cfg: &mut PgConfig) -> Result<(), PgError> {
     let client = connect_one(cfg).await?;
     let schema = cfg.schema.clone();
     let migrations = format!("{schema}.schema_migrations");
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&migrations])
+    const LOOKING: &str = "looking for the schema";
+    let row = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL AS found",
+            &[&migrations],
+        )
         .await
-        .map_err(PgError::db("looking for the schema"))?
-        .get(0);
+        .map_err(PgError::db(LOOKING))?;
+    let exists: bool = row::get(&row, "found", LOOKING)?;
     if !exists {
         return Err(PgError::NoSchema {
             schema,
             target: cfg.target(),
         });
     }
-    let found: i64 = client
-        .query_one(
-            "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-            &[],
-        )
-        .await
-        .map_err(PgError::db("reading the schema version"))?
-        .get(0);
+    let found = schema_version(&client).await?;
     if found > SCHEMA_VERSION {
         return Err(PgError::NewerSchema {
             schema,
@@ -106,19 +106,8 @@ pub async fn check_existing(cfg: &mut PgConfig) -> Result<(), PgError> {
             known: SCHEMA_VERSION,
         });
     }
-    let rows = client
-        .query(
-            "SELECT key, value FROM meta WHERE key IN ('dedup_mode', 'partition_width_s')",
-            &[],
-        )
-        .await
-        .map_err(PgError::db("reading the schema's expiry mode"))?;
-    let get = |k: &str| {
-        rows.iter()
-            .find(|r| r.get::<_, &str>(0) == k)
-            .map(|r| r.get::<_, String>(1))
-            .unwrap_or_default()
-    };
+    let meta = expiry_meta(&client).await?;
+    let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
     if get("dedup_mode") == "partitioned" {
         let secs: u64 = get("partition_width_s")
             .parse()
@@ -137,7 +126,7 @@ pub async fn check_existing(cfg: &mut PgConfig) -> Result<(), PgError> {
 
 /// One connection outside the pool, its driver task spawned.
 pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
-    let pg = cfg.pg_config()?;
+    let pg = cfg.connection_config()?;
     let (client, connection) = pg.connect(NoTls).await.map_err(|source| PgError::Connect {
         target: cfg.target(),
         source,
@@ -150,7 +139,12 @@ pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
     Ok(client)
 }
 
-async fn migrate_on(client: &mut Client, cfg: &PgConfig) -> Result<MigrateReport, PgError> {
+/// Brings the schema up to date on `client` (which must look in `cfg.schema` first), in one
+/// transaction under the migration lock.
+pub(crate) async fn migrate_on(
+    client: &mut Client,
+    cfg: &PgConfig,
+) -> Result<MigrateReport, PgError> {
     let tx = client
         .transaction()
         .await
@@ -190,14 +184,7 @@ async fn migrate_in(
     tx.batch_execute(include_str!("../sql/schema_migrations.sql"))
         .await
         .map_err(PgError::db("creating the migrations table"))?;
-    let found: i64 = tx
-        .query_one(
-            "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
-            &[],
-        )
-        .await
-        .map_err(PgError::db("reading the schema version"))?
-        .get(0);
+    let found = schema_version(tx).await?;
     if found > SCHEMA_VERSION {
         // The caller rolls back: nothing was changed.
         return Err(PgError::NewerSchema {
@@ -252,19 +239,8 @@ async fn check_mode(
     client: &impl tokio_postgres::GenericClient,
     cfg: &PgConfig,
 ) -> Result<(), PgError> {
-    let rows = client
-        .query(
-            "SELECT key, value FROM meta WHERE key IN ('dedup_mode', 'partition_width_s')",
-            &[],
-        )
-        .await
-        .map_err(PgError::db("reading the schema's expiry mode"))?;
-    let get = |k: &str| {
-        rows.iter()
-            .find(|r| r.get::<_, &str>(0) == k)
-            .map(|r| r.get::<_, String>(1))
-            .unwrap_or_default()
-    };
+    let meta = expiry_meta(client).await?;
+    let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
     let describe = |mode: &str, width: &str| match mode {
         "partitioned" => format!("in partitioned mode ({width} s partitions)"),
         other => format!("in {other} mode"),
@@ -286,4 +262,34 @@ async fn check_mode(
             configured,
         })
     }
+}
+
+/// The newest migration applied (0 for none).
+async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<i64, PgError> {
+    const CONTEXT: &str = "reading the schema version";
+    let row = client
+        .query_one(
+            "SELECT coalesce(max(version), 0)::bigint AS version FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+    row::get(&row, "version", CONTEXT)
+}
+
+/// The `meta` rows that say how the schema expires dedup records.
+async fn expiry_meta(
+    client: &impl tokio_postgres::GenericClient,
+) -> Result<HashMap<String, String>, PgError> {
+    const CONTEXT: &str = "reading the schema's expiry mode";
+    let rows = client
+        .query(
+            "SELECT key, value FROM meta WHERE key IN ('dedup_mode', 'partition_width_s')",
+            &[],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+    rows.iter()
+        .map(|r| Ok((row::get(r, "key", CONTEXT)?, row::get(r, "value", CONTEXT)?)))
+        .collect()
 }

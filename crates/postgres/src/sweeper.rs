@@ -10,7 +10,6 @@
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idemgate_core::sweep::{self, SweepOptions, SweepReport};
@@ -18,17 +17,10 @@ use idemgate_core::{StoreError, Sweep};
 
 use crate::config::Expiry;
 use crate::error::PgError;
-use crate::store::{Db, PgStore, millis};
+use crate::store::PgStore;
 
-const ENSURE_PARTITIONS: &str = include_str!("../sql/ensure_partitions.sql");
-const DROP_PARTITIONS: &str = include_str!("../sql/drop_partitions.sql");
-
-/// How far ahead history partitions exist: this month and the next.
-const HISTORY_AHEAD: Duration = Duration::from_secs(40 * 86_400);
-/// How many dedup partition widths exist ahead of now, at least.
-const DEDUP_AHEAD_WIDTHS: u32 = 8;
-/// Partition DDL waits at most this long for a lock, so it never queues claims behind it for long.
-const DDL_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+const SWEEP_BATCH: &str = include_str!("../sql/sweep_batch.sql");
+const SWEEP_BATCH_PARTITIONED: &str = include_str!("../sql/sweep_batch_partitioned.sql");
 
 /// What partition maintenance did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,58 +29,6 @@ pub struct MaintenanceReport {
     pub created: Vec<String>,
     /// Partitions dropped whole, by name.
     pub dropped: Vec<String>,
-}
-
-impl Db {
-    /// Creates the partitions rows need: history this month and next, dedup (partitioned mode)
-    /// far enough ahead for the longest TTL seen (and `ttl_ms`). Returns the names created.
-    pub(crate) async fn ensure_partitions(&self, ttl_ms: u64) -> Result<Vec<String>, PgError> {
-        const CONTEXT: &str = "creating partitions ahead";
-        let dedup_ahead = match self.cfg.expiry {
-            Expiry::Batched { .. } => Duration::ZERO,
-            Expiry::Partitioned { width } => {
-                let seen = self.max_ttl_ms.load(Ordering::Relaxed).max(ttl_ms);
-                (width * DEDUP_AHEAD_WIDTHS).max(Duration::from_millis(seen)) + width
-            }
-        };
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(PgError::db(CONTEXT))?;
-        tx.batch_execute(DDL_LOCK_TIMEOUT)
-            .await
-            .map_err(PgError::db(CONTEXT))?;
-        let rows = tx
-            .query(
-                ENSURE_PARTITIONS,
-                &[&millis(HISTORY_AHEAD), &millis(dedup_ahead)],
-            )
-            .await
-            .map_err(PgError::db(CONTEXT))?;
-        tx.commit().await.map_err(PgError::db(CONTEXT))?;
-        let created: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        if !created.is_empty() {
-            tracing::info!(schema = %self.cfg.schema, ?created, "created partitions");
-        }
-        Ok(created)
-    }
-
-    async fn drop_partitions(&self) -> Result<Vec<String>, PgError> {
-        const CONTEXT: &str = "dropping expired partitions";
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(PgError::db(CONTEXT))?;
-        tx.batch_execute(DDL_LOCK_TIMEOUT)
-            .await
-            .map_err(PgError::db(CONTEXT))?;
-        let rows = tx
-            .query(DROP_PARTITIONS, &[&millis(self.cfg.history_retention)])
-            .await
-            .map_err(PgError::db(CONTEXT))?;
-        tx.commit().await.map_err(PgError::db(CONTEXT))?;
-        let dropped: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        if !dropped.is_empty() {
-            tracing::info!(schema = %self.cfg.schema, ?dropped, "dropped partitions");
-        }
-        Ok(dropped)
-    }
 }
 
 impl PgStore {
@@ -115,13 +55,35 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// One bounded delete of expired records.
+    async fn sweep_batch(&self, batch: NonZeroU32) -> Result<u64, PgError> {
+        const CONTEXT: &str = "deleting a batch of expired records";
+        let client = self.db().client().await?;
+        let sql = match self.config().expiry {
+            Expiry::Batched { .. } => SWEEP_BATCH,
+            Expiry::Partitioned { .. } => SWEEP_BATCH_PARTITIONED,
+        };
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        client
+            .execute(&stmt, &[&i64::from(batch.get())])
+            .await
+            .map_err(PgError::db(CONTEXT))
+    }
+}
+
 impl Sweep for PgStore {
+    #[tracing::instrument(level = "debug", skip_all, fields(batch = batch.get()))]
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        Ok(self.db().sweep_batch(batch).await?)
+        Ok(self.sweep_batch(batch).await?)
     }
 
     /// Partition maintenance first, then (batched mode) bounded deletes until a batch comes back
     /// short; see the [module docs](self).
+    #[tracing::instrument(level = "debug", skip_all, fields(schema = %self.config().schema, expiry = self.config().expiry.mode()))]
     async fn sweep_run<P, F>(
         &self,
         opts: SweepOptions,

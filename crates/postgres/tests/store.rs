@@ -731,3 +731,80 @@ async fn renew_abandon_takeover_and_complete_are_hot_updates() {
     assert_eq!((updates, hot), (4, 4), "every update was HOT");
     tx.commit().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// A pool of the caller's
+
+/// A pool of `size` connections built here, as a user who brings their own would, from
+/// `connection_config` (or from the plain URL when `idemgate_settings` is false).
+fn own_pool(cfg: &PgConfig, size: usize, idemgate_settings: bool) -> deadpool_postgres::Pool {
+    let pg = if idemgate_settings {
+        cfg.connection_config().unwrap()
+    } else {
+        common::url().parse().unwrap()
+    };
+    let manager = deadpool_postgres::Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .unwrap()
+}
+
+/// A store on a pool built by the caller migrates its schema like `connect` and claims,
+/// completes and answers duplicates through that pool.
+#[tokio::test]
+async fn a_store_on_the_callers_pool_migrates_and_claims() {
+    if !server_up().await {
+        return;
+    }
+    let (mut cfg, guard) = common::config(Expiry::batched());
+    let pool = own_pool(&cfg, 4, true);
+    // The URL only names the server in errors; the pool's own size counts, not pool_size.
+    cfg.url = String::new();
+    let store = PgStore::from_pool(pool.clone(), cfg).await.unwrap();
+    assert!(
+        tables(&guard.schema).await.contains(&"dedup".to_owned()),
+        "migrated"
+    );
+    let k = key();
+    let ClaimOutcome::Claimed { token, .. } =
+        store.claim(req(&k, Duration::from_secs(60))).await.unwrap()
+    else {
+        panic!("a fresh key is claimed");
+    };
+    store.complete(&token).await.unwrap();
+    assert!(matches!(
+        store.claim(req(&k, Duration::from_secs(60))).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
+    assert_eq!(store.lookup(&k).await.unwrap().history.len(), 3);
+    assert_eq!(pool.status().max_size, 4);
+    // A second store on the same pool finds the schema migrated and shares the store id.
+    let (mut again, _) = common::config(Expiry::batched());
+    again.schema = guard.schema.clone();
+    let second = PgStore::from_pool(pool, again).await.unwrap();
+    assert_eq!(second.store_id(), store.store_id());
+}
+
+/// A pool whose connections do not look in the store's schema first is refused before anything
+/// is created: the migration would otherwise build the tables in another schema.
+#[tokio::test]
+async fn a_pool_that_does_not_look_in_the_schema_is_refused_untouched() {
+    if !server_up().await {
+        return;
+    }
+    let (cfg, guard) = common::config(Expiry::batched());
+    let err = PgStore::from_pool(own_pool(&cfg, 2, false), cfg)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PgError::SearchPath { .. }), "{err}");
+    assert!(err.to_string().contains(&guard.schema), "{err}");
+    assert!(tables(&guard.schema).await.is_empty(), "nothing created");
+}

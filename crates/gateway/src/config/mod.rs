@@ -606,5 +606,5 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-pub use idemgate::config::{ExpiryMode, PostgresConfig, RedisSection, StoreConfig, StoreKind};
+pub use idemgate::config::{RedisSection, StoreConfig, StoreKind};
 use idemgate::duration::{human, human_opt};

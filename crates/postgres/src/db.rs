@@ -1,0 +1,148 @@
+//! [`Db`]: the pool and the configuration the store and its batcher share, and the partitions
+//! rows need (created ahead, dropped past their time).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::config::{Expiry, PgConfig};
+use crate::error::PgError;
+use crate::row::{self, millis};
+
+const ENSURE_PARTITIONS: &str = include_str!("../sql/ensure_partitions.sql");
+const DROP_PARTITIONS: &str = include_str!("../sql/drop_partitions.sql");
+
+/// How far ahead history partitions exist: this month and the next.
+const HISTORY_AHEAD: Duration = Duration::from_secs(40 * 86_400);
+/// How many dedup partition widths exist ahead of now, at least.
+const DEDUP_AHEAD_WIDTHS: u32 = 8;
+/// Partition DDL waits at most this long for a lock, so it never queues claims behind it for long.
+const DDL_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+
+/// What the store and its batcher share: the pool and the configuration.
+#[derive(Clone)]
+pub(crate) struct Db {
+    pub(crate) pool: Pool,
+    pub(crate) cfg: Arc<PgConfig>,
+    /// The longest TTL claimed so far (ms): how far ahead dedup partitions must reach.
+    pub(crate) max_ttl_ms: Arc<AtomicU64>,
+}
+
+impl Db {
+    /// A pool of `cfg.pool_size` connections to `cfg.url`, with idemgate's session settings.
+    pub(crate) fn connect(cfg: PgConfig) -> Result<Self, PgError> {
+        let manager = Manager::from_config(
+            cfg.connection_config()?,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(cfg.pool_size.get())
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|source| PgError::PoolBuild { source })?;
+        Ok(Self::new(pool, cfg))
+    }
+
+    /// On a pool built elsewhere.
+    pub(crate) fn new(pool: Pool, cfg: PgConfig) -> Self {
+        Self {
+            pool,
+            cfg: Arc::new(cfg),
+            max_ttl_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) async fn client(&self) -> Result<Object, PgError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|source| PgError::Pool { source })
+    }
+
+    /// Runs `op`; when it needed a partition that does not exist yet, creates the partitions
+    /// (`ttl_ms` ahead for dedup rows) and runs it once more.
+    pub(crate) async fn with_partitions<T, F, Fut>(&self, ttl_ms: u64, op: F) -> Result<T, PgError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, PgError>>,
+    {
+        match op().await {
+            Err(e) if e.is_missing_partition() => {
+                tracing::info!(schema = %self.cfg.schema, "a row needed a partition not yet created; creating partitions");
+                self.ensure_partitions(ttl_ms).await?;
+                op().await
+            }
+            other => other,
+        }
+    }
+
+    /// Creates the partitions rows need: history this month and next, dedup (partitioned mode)
+    /// far enough ahead for the longest TTL seen (and `ttl_ms`). Returns the names created.
+    pub(crate) async fn ensure_partitions(&self, ttl_ms: u64) -> Result<Vec<String>, PgError> {
+        const CONTEXT: &str = "creating partitions ahead";
+        let dedup_ahead = match self.cfg.expiry {
+            Expiry::Batched { .. } => Duration::ZERO,
+            Expiry::Partitioned { width } => {
+                let seen = self.max_ttl_ms.load(Ordering::Relaxed).max(ttl_ms);
+                (width * DEDUP_AHEAD_WIDTHS).max(Duration::from_millis(seen)) + width
+            }
+        };
+        let created = self
+            .partition_ddl(
+                ENSURE_PARTITIONS,
+                &[&millis(HISTORY_AHEAD), &millis(dedup_ahead)],
+                "created",
+                CONTEXT,
+            )
+            .await?;
+        if !created.is_empty() {
+            tracing::info!(schema = %self.cfg.schema, ?created, "created partitions");
+        }
+        Ok(created)
+    }
+
+    /// Drops the partitions past their time (dedup once expired, history past the retention).
+    /// Returns the names dropped.
+    pub(crate) async fn drop_partitions(&self) -> Result<Vec<String>, PgError> {
+        const CONTEXT: &str = "dropping expired partitions";
+        let dropped = self
+            .partition_ddl(
+                DROP_PARTITIONS,
+                &[&millis(self.cfg.history_retention)],
+                "dropped",
+                CONTEXT,
+            )
+            .await?;
+        if !dropped.is_empty() {
+            tracing::info!(schema = %self.cfg.schema, ?dropped, "dropped partitions");
+        }
+        Ok(dropped)
+    }
+
+    /// Runs one partition function in its own transaction under [`DDL_LOCK_TIMEOUT`]; the
+    /// partition names it answers in `column`.
+    async fn partition_ddl(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        column: &'static str,
+        context: &'static str,
+    ) -> Result<Vec<String>, PgError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(PgError::db(context))?;
+        tx.batch_execute(DDL_LOCK_TIMEOUT)
+            .await
+            .map_err(PgError::db(context))?;
+        let rows = tx.query(sql, params).await.map_err(PgError::db(context))?;
+        tx.commit().await.map_err(PgError::db(context))?;
+        rows.iter().map(|r| row::get(r, column, context)).collect()
+    }
+}

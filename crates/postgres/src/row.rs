@@ -1,0 +1,200 @@
+//! SQL values and Rust values: rows read by column name into core's types, and durations as the
+//! milliseconds the statements take.
+//!
+//! Every column is read by the name its statement gives it (the `sql/` files alias every computed
+//! column); a column missing or of another type is a [`PgError::Column`] naming it.
+
+use std::time::Duration;
+
+use idemgate_core::{
+    Boot, ClaimOutcome, ClaimToken, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
+    InstanceName, Key, Record, RecordState, SourceName, SourceStats, Timestamp,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+
+use crate::error::PgError;
+
+/// The value of `column` in `row`.
+pub(crate) fn get<'a, T: FromSql<'a>>(
+    row: &'a Row,
+    column: &'static str,
+    context: &'static str,
+) -> Result<T, PgError> {
+    row.try_get(column).map_err(|source| PgError::Column {
+        context,
+        column,
+        source,
+    })
+}
+
+/// Milliseconds for SQL intervals, capped at 100 years so no interval overflows.
+pub(crate) fn millis(d: Duration) -> i64 {
+    const CAP: u128 = 100 * 365 * 86_400 * 1_000;
+    d.as_millis().min(CAP) as i64
+}
+
+/// A duration from milliseconds (a negative count is zero).
+pub(crate) fn ms(v: i64) -> Duration {
+    Duration::from_millis(u64::try_from(v).unwrap_or(0))
+}
+
+/// A count from a bigint (a negative count is zero).
+pub(crate) fn count(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+pub(crate) fn unexpected(context: &'static str, what: impl Into<String>) -> PgError {
+    PgError::Unexpected {
+        context,
+        what: what.into(),
+    }
+}
+
+fn fingerprint(
+    bytes: Option<Vec<u8>>,
+    context: &'static str,
+) -> Result<Option<Fingerprint>, PgError> {
+    bytes
+        .map(|b| {
+            Fingerprint::from_slice(&b)
+                .ok_or_else(|| unexpected(context, format!("a fingerprint of {} bytes", b.len())))
+        })
+        .transpose()
+}
+
+fn timestamp(
+    row: &Row,
+    column: &'static str,
+    context: &'static str,
+) -> Result<Option<Timestamp>, PgError> {
+    Ok(get::<Option<i64>>(row, column, context)?.map(Timestamp::from_millis))
+}
+
+/// One row of `claim_batch` (`sql/claim_batch.sql`): the outcome of the claim of `key`.
+pub(crate) fn outcome_of(key: &Key, row: &Row) -> Result<ClaimOutcome, PgError> {
+    const CONTEXT: &str = "claiming";
+    let outcome: &str = get(row, "r_outcome", CONTEXT)?;
+    let first_seen = || -> Result<Timestamp, PgError> {
+        timestamp(row, "r_first_seen_ms", CONTEXT)?
+            .ok_or_else(|| unexpected(CONTEXT, "no first_seen"))
+    };
+    let expires_at = || -> Result<Timestamp, PgError> {
+        timestamp(row, "r_expires_ms", CONTEXT)?.ok_or_else(|| unexpected(CONTEXT, "no expires_at"))
+    };
+    Ok(match outcome {
+        "claimed" => ClaimOutcome::Claimed {
+            token: ClaimToken {
+                key: key.clone(),
+                attempt: get::<Option<i32>>(row, "r_attempt", CONTEXT)?
+                    .and_then(|a| u32::try_from(a).ok())
+                    .ok_or_else(|| unexpected(CONTEXT, "a claim without an attempt"))?,
+                // Bit for bit: the nonce is a u64 kept in a bigint.
+                nonce: get::<Option<i64>>(row, "r_nonce", CONTEXT)?
+                    .ok_or_else(|| unexpected(CONTEXT, "a claim without a nonce"))?
+                    as u64,
+            },
+            expires_at: expires_at()?,
+            late_duplicate: timestamp(row, "r_late_first_ms", CONTEXT)?,
+        },
+        "duplicate" => {
+            let state: Option<&str> = get(row, "r_state", CONTEXT)?;
+            ClaimOutcome::Duplicate {
+                first_seen: first_seen()?,
+                state: state
+                    .and_then(RecordState::parse)
+                    .ok_or_else(|| unexpected(CONTEXT, format!("record state {state:?}")))?,
+                expires_at: expires_at()?,
+            }
+        }
+        "late_duplicate" => ClaimOutcome::LateDuplicate {
+            first_seen: first_seen()?,
+            expires_at: expires_at()?,
+        },
+        "in_flight" => ClaimOutcome::InFlight {
+            retry_after: ms(get::<Option<i64>>(row, "r_retry_after_ms", CONTEXT)?.unwrap_or(0)),
+        },
+        "conflict" => ClaimOutcome::Conflict {
+            first_seen: first_seen()?,
+        },
+        other => return Err(unexpected(CONTEXT, format!("claim outcome {other:?}"))),
+    })
+}
+
+/// One row of `sql/lookup_record.sql`: a live dedup record.
+pub(crate) fn record_of(row: &Row, context: &'static str) -> Result<Record, PgError> {
+    let state: &str = get(row, "state", context)?;
+    let holder = match (
+        get::<Option<String>>(row, "holder_instance", context)?,
+        get::<Option<i64>>(row, "holder_boot", context)?,
+    ) {
+        (None, None) => None,
+        (Some(instance), Some(boot)) => Some(Holder {
+            instance: InstanceName::new(instance)
+                .map_err(|e| unexpected(context, e.to_string()))?,
+            // Bit for bit, like the nonce.
+            boot: boot as u64,
+        }),
+        (instance, boot) => {
+            return Err(unexpected(
+                context,
+                format!("holder {instance:?} with boot {boot:?}"),
+            ));
+        }
+    };
+    Ok(Record {
+        state: RecordState::parse(state)
+            .ok_or_else(|| unexpected(context, format!("record state {state:?}")))?,
+        attempt: u32::try_from(get::<i32>(row, "attempt", context)?)
+            .map_err(|_| unexpected(context, "a negative attempt"))?,
+        // Bit for bit: the nonce is a u64 kept in a bigint.
+        nonce: get::<i64>(row, "nonce", context)? as u64,
+        fingerprint: fingerprint(get(row, "fingerprint", context)?, context)?,
+        first_seen: Timestamp::from_millis(get(row, "first_seen_ms", context)?),
+        lease_until: timestamp(row, "lease_until_ms", context)?,
+        expires_at: Timestamp::from_millis(get(row, "expires_ms", context)?),
+        holder,
+    })
+}
+
+/// One row of `sql/lookup_history.sql`.
+pub(crate) fn history_entry_of(row: &Row, context: &'static str) -> Result<HistoryEntry, PgError> {
+    let outcome: &str = get(row, "outcome", context)?;
+    Ok(HistoryEntry {
+        outcome: HistoryOutcome::parse(outcome)
+            .ok_or_else(|| unexpected(context, format!("history outcome {outcome:?}")))?,
+        processed: get(row, "processed", context)?,
+        attempt: get::<Option<i32>>(row, "attempt", context)?
+            .map(|a| u32::try_from(a).unwrap_or(0)),
+        at: Timestamp::from_millis(get(row, "received_ms", context)?),
+        gap: get::<Option<i64>>(row, "gap_ms", context)?.map(ms),
+        fingerprint: fingerprint(get(row, "fingerprint", context)?, context)?,
+    })
+}
+
+/// The row of `sql/register_boot.sql`: the new boot of `instance`.
+pub(crate) fn boot_of(
+    instance: &InstanceName,
+    row: &Row,
+    context: &'static str,
+) -> Result<Boot, PgError> {
+    Ok(Boot {
+        holder: Holder {
+            instance: instance.clone(),
+            boot: count(get(row, "r_boot", context)?),
+        },
+        started_at: Timestamp::from_millis(get(row, "r_started_ms", context)?),
+        freed: count(get(row, "r_freed", context)?),
+    })
+}
+
+/// One row of `sql/stats_sources.sql`.
+pub(crate) fn source_stats_of(row: &Row, context: &'static str) -> Result<SourceStats, PgError> {
+    let name: &str = get(row, "source", context)?;
+    Ok(SourceStats {
+        source: SourceName::new(name).map_err(|e| unexpected(context, e.to_string()))?,
+        live: count(get(row, "live", context)?),
+        expired: count(get(row, "expired", context)?),
+        oldest: timestamp(row, "oldest_ms", context)?,
+    })
+}
