@@ -49,6 +49,10 @@ fn one(e: &Error, figment: &Figment) -> String {
         },
         Kind::MissingField(_) => "required, but not set".to_owned(),
         Kind::InvalidType(actual, expected) => format!("expected {expected}, found {actual}"),
+        // Durations (humantime-serde) say only "a duration": say what one looks like.
+        Kind::InvalidValue(actual, expected) if expected == "a duration" => format!(
+            "{actual} is not a duration (expected a number and a unit, such as 90s, 10m, 4h or 3d)"
+        ),
         Kind::InvalidValue(actual, expected) => format!("expected {expected}, found {actual}"),
         Kind::UnknownVariant(actual, known) => {
             format!("{actual:?} is not one of {}", quoted(known))
