@@ -18,8 +18,13 @@
 //!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
 //! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
 //!   start-up checks need.
-//! - [`store`]: [`RedisStore`] and its start-up checks; the Lua scripts live in `src/lua/`.
-//! - [`tier`]: [`TieredStore`] and its [`TierCounters`].
+//! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua scripts, which live in
+//!   `src/lua/`), `checks` (start-up), `claims`, `record`, `history` (the source streams),
+//!   `stats`, `instances`.
+//! - `reply`: what the scripts answer (a table whose first element names it), decoded into one
+//!   enum per script; an unknown name is an error naming the script and the reply.
+//! - [`tier`]: [`TieredStore`] (claim and release through Redis), its cache `entry` text, its
+//!   [`TierCounters`], and the traits it leaves to the inner store (`delegated`).
 //! - [`error`]: [`RedisError`], and how it becomes core's `StoreError`.
 //!
 //! The crate README explains the design choices (history, eviction, tier semantics) and carries
@@ -30,6 +35,7 @@ mod conn;
 pub mod error;
 mod keys;
 mod limiter;
+mod reply;
 pub mod store;
 pub mod tier;
 
