@@ -14,6 +14,8 @@
 //!
 //! - [`config`]: [`RedisConfig`] (store mode), [`TierConfig`] (tier mode), the [`Target`] (one
 //!   URL or Cluster seed nodes) and [`ConfigError`].
+//! - [`settings`]: [`RedisSettings`], the gateway's `[store.redis]` table as data (serde), and
+//!   the two configurations built from it.
 //! - `keys`: the key layout. One event's keys share a hash tag, so a script touching them runs on
 //!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
 //! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
@@ -36,10 +38,12 @@ pub mod error;
 mod keys;
 mod limiter;
 mod reply;
+pub mod settings;
 pub mod store;
 pub mod tier;
 
 pub use config::{ConfigError, RedisConfig, Target, TierConfig};
 pub use error::RedisError;
+pub use settings::RedisSettings;
 pub use store::RedisStore;
 pub use tier::{TierCounters, TieredStore};
