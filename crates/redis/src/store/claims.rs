@@ -1,6 +1,6 @@
 //! The claim state machine's operations, one script each: claim, complete and release
 //! (`finish.lua`), renew, and lookup. The scripts decide; this side builds their arguments and
-//! turns their replies ([`crate::reply`]) into core's outcomes.
+//! turns their replies (`crate::reply`) into core's outcomes.
 
 use std::time::Duration;
 

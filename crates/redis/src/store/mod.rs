@@ -25,7 +25,7 @@
 //! - `history`: the sources' streams (append, observe, trim); `stats`: counting;
 //!   `instances`: boots and freeing an earlier boot's claims.
 //!
-//! The scripts' replies are decoded in [`crate::reply`].
+//! The scripts' replies are decoded in `crate::reply`.
 
 mod checks;
 mod claims;

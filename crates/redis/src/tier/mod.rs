@@ -16,8 +16,9 @@
 //!   record before the release cannot cache it after), then the inner store deletes the record.
 //!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
 //!   never cacheable); a done one is refused, since its cached answer could outlive the release.
-//! - **renew**, **lookup**, [`Sweep`], [`Stats`], [`HistoryQuery`], [`Identity`], [`Instances`]:
-//!   the inner store.
+//! - **renew**, **lookup**, [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
+//!   [`HistoryQuery`](idemgate_core::HistoryQuery), [`Identity`],
+//!   [`Instances`](idemgate_core::Instances): the inner store.
 //!
 //! Why eviction, `FLUSHALL` or a restart can only cost a round trip: a claim is never decided by
 //! Redis alone. A missing entry means "ask SQL", and SQL's answer is the one the caller gets.
