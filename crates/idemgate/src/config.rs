@@ -7,7 +7,7 @@ use std::time::Duration;
 use idemgate_core::sweep::SweepOptions;
 use serde::Deserialize;
 
-use crate::duration::{human, human_opt};
+use crate::duration::human;
 
 /// `[store.postgres]`, deserialized as the PostgreSQL store's own [`PgSettings`].
 #[cfg(feature = "postgres")]
@@ -49,31 +49,14 @@ impl StoreKind {
 
 /// `[store.redis]`: with `kind = "redis"` the store itself; with another kind, a tier in front of
 /// it that answers known duplicates from Redis (a Redis that forgets can only cost a round trip).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSection {
-    /// A standalone server, `redis://host:port`.
-    pub url: Option<String>,
-    /// Or the seed nodes of a Redis Cluster.
-    #[serde(default)]
-    pub cluster_nodes: Vec<String>,
-    /// Prefix of every key idemgate writes.
-    #[serde(default = "default_redis_prefix")]
-    pub key_prefix: String,
-    /// Store mode: run even under an evicting `maxmemory-policy` (an evicted record lets a
-    /// duplicate through).
-    #[serde(default)]
-    pub allow_eviction: bool,
-    /// Store mode: how long each event's history outlives its record in Redis (late-duplicate
-    /// detection and `idemgate lookup` reach this far). Default 7 days: Redis memory is dear.
-    /// `store.history_retention` still trims the sources' history streams.
-    #[serde(default, with = "human_opt")]
-    pub history_retention: Option<Duration>,
-}
+/// The Redis crate's own settings type: its keys, defaults and checks.
+#[cfg(feature = "redis")]
+pub type RedisSection = idemgate_redis::RedisSettings;
 
-fn default_redis_prefix() -> String {
-    "idemgate:".to_owned()
-}
+/// `[store.redis]` in a build without the `redis` feature: any table loads, and
+/// `store.kind = "redis"` is refused at open as not built.
+#[cfg(not(feature = "redis"))]
+pub type RedisSection = serde::de::IgnoredAny;
 
 /// `[store]`: which engine holds the claims, and how it is tuned and swept.
 #[derive(Debug, Clone, Deserialize)]
@@ -121,13 +104,13 @@ impl StoreConfig {
                 why: why.to_owned(),
             })
         };
-        if let Some(redis) = &self.redis
-            && redis.url.is_some() != redis.cluster_nodes.is_empty()
+        #[cfg(feature = "redis")]
+        if let Some(Err(e)) = self
+            .redis
+            .as_ref()
+            .map(idemgate_redis::RedisSettings::target)
         {
-            refuse(
-                "store.redis.url",
-                "set url (standalone) or cluster_nodes (Cluster), one of the two",
-            );
+            refuse(e.key(), &e.problem());
         }
         if self.kind == StoreKind::Redis && self.redis.is_none() {
             refuse("store.redis", "required when store.kind = \"redis\"");

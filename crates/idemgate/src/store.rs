@@ -144,7 +144,7 @@ impl AnyStore {
         match (&config.redis, config.kind) {
             #[cfg(feature = "redis")]
             (Some(redis), kind) if kind != Kind::Redis => {
-                let tier = redis.tier_config()?;
+                let tier = redis.tier_config().map_err(redis_config_error)?;
                 idemgate_redis::TieredStore::new(engine, tier)
                     .map(Self::Tiered)
                     .map_err(OpenError::Redis)
@@ -243,7 +243,8 @@ impl Engine {
                     key: "store.redis",
                     why: "required when store.kind = \"redis\"".into(),
                 })?;
-                idemgate_redis::RedisStore::connect(redis.store_config()?)
+                let cfg = redis.store_config().map_err(redis_config_error)?;
+                idemgate_redis::RedisStore::connect(cfg)
                     .await
                     .map(Self::Redis)
                     .map_err(OpenError::Redis)
@@ -499,46 +500,11 @@ impl HistoryRetention for AnyStore {
     }
 }
 
+/// A `[store.redis]` setting that cannot work, as the other settings' errors are.
 #[cfg(feature = "redis")]
-impl crate::config::RedisSection {
-    fn target(&self) -> idemgate_redis::Target {
-        match &self.url {
-            Some(url) => idemgate_redis::Target::Standalone(url.clone()),
-            None => idemgate_redis::Target::Cluster(self.cluster_nodes.clone()),
-        }
-    }
-
-    /// The tier's settings (`[store.redis]` beside an SQL store).
-    ///
-    /// # Errors
-    /// [`OpenError::Config`] naming the key.
-    pub fn tier_config(&self) -> Result<idemgate_redis::TierConfig, OpenError> {
-        let mut cfg = idemgate_redis::TierConfig::new("");
-        cfg.target = self.target();
-        cfg.key_prefix = self.key_prefix.clone();
-        cfg.validate().map_err(|e| OpenError::Config {
-            key: "store.redis",
-            why: e.to_string(),
-        })?;
-        Ok(cfg)
-    }
-
-    /// The store's settings (`kind = "redis"`).
-    ///
-    /// # Errors
-    /// [`OpenError::Config`] naming the key.
-    pub fn store_config(&self) -> Result<idemgate_redis::RedisConfig, OpenError> {
-        let mut cfg = idemgate_redis::RedisConfig::new("");
-        cfg.target = self.target();
-        cfg.key_prefix = self.key_prefix.clone();
-        cfg.allow_eviction = self.allow_eviction;
-        if let Some(retention) = self.history_retention {
-            cfg.history_retention = retention;
-        }
-        cfg.validate().map_err(|e| OpenError::Config {
-            key: "store.redis",
-            why: e.to_string(),
-        })?;
-        Ok(cfg)
+fn redis_config_error(e: idemgate_redis::ConfigError) -> OpenError {
+    OpenError::Config {
+        key: e.key(),
+        why: e.problem(),
     }
 }

@@ -107,24 +107,29 @@ impl RedisConfig {
     /// # Errors
     /// [`ConfigError`] naming the first key that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.target.validate("redis.url")?;
-        validate_prefix("redis.key_prefix", &self.key_prefix)?;
+        self.check(&StoreKeys::LIBRARY)
+    }
+
+    /// Checks every key, naming each as `keys` says.
+    pub(crate) fn check(&self, keys: &StoreKeys) -> Result<(), ConfigError> {
+        self.target.validate(keys.url)?;
+        validate_prefix(keys.key_prefix, &self.key_prefix)?;
         if self.history_per_event.get() > MAX_HISTORY_PER_EVENT {
             return Err(ConfigError::TooMany {
-                key: "redis.history_per_event",
+                key: keys.history_per_event,
                 value: self.history_per_event.get(),
                 max: MAX_HISTORY_PER_EVENT,
             });
         }
         if self.history_retention < Duration::from_secs(1) {
             return Err(ConfigError::TooShort {
-                key: "redis.history_retention",
+                key: keys.history_retention,
                 value: self.history_retention,
             });
         }
         for (key, value) in [
-            ("redis.connect_timeout", self.connect_timeout),
-            ("redis.response_timeout", self.response_timeout),
+            (keys.connect_timeout, self.connect_timeout),
+            (keys.response_timeout, self.response_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::TooShort { key, value });
@@ -132,6 +137,39 @@ impl RedisConfig {
         }
         Ok(())
     }
+}
+
+/// What [`RedisConfig`]'s errors call its keys: by field (`redis.url`) when it is built in code,
+/// as written in the gateway's file (`store.redis.url`) when it comes from
+/// [`crate::RedisSettings`].
+#[derive(Debug)]
+pub(crate) struct StoreKeys {
+    pub(crate) url: &'static str,
+    pub(crate) key_prefix: &'static str,
+    pub(crate) history_per_event: &'static str,
+    pub(crate) history_retention: &'static str,
+    pub(crate) connect_timeout: &'static str,
+    pub(crate) response_timeout: &'static str,
+}
+
+impl StoreKeys {
+    const LIBRARY: Self = Self {
+        url: "redis.url",
+        key_prefix: "redis.key_prefix",
+        history_per_event: "redis.history_per_event",
+        history_retention: "redis.history_retention",
+        connect_timeout: "redis.connect_timeout",
+        response_timeout: "redis.response_timeout",
+    };
+
+    pub(crate) const SECTION: Self = Self {
+        url: "store.redis.url",
+        key_prefix: "store.redis.key_prefix",
+        history_per_event: "store.redis.history_per_event",
+        history_retention: "store.redis.history_retention",
+        connect_timeout: "store.redis.connect_timeout",
+        response_timeout: "store.redis.response_timeout",
+    };
 }
 
 /// The most history rows kept per event: a lookup reads them in one command from a Lua script,
@@ -224,6 +262,8 @@ pub enum ConfigError {
     },
     #[error("{key}: a Cluster needs at least one seed node")]
     NoClusterNodes { key: &'static str },
+    #[error("{key}: set url (standalone) or cluster_nodes (Cluster), one of the two")]
+    UrlOrClusterNodes { key: &'static str },
     #[error(
         "{key}: {prefix:?} may not hold '{{', '}}' or control characters (they would break hash tags)"
     )]
@@ -236,6 +276,32 @@ pub enum ConfigError {
         value: usize,
         max: usize,
     },
+}
+
+impl ConfigError {
+    /// The key it names (`store.redis.url`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::Url { key, .. }
+            | Self::NoClusterNodes { key }
+            | Self::UrlOrClusterNodes { key }
+            | Self::Prefix { key, .. }
+            | Self::TooShort { key, .. }
+            | Self::TooMany { key, .. } => key,
+        }
+    }
+
+    /// What is wrong, without the key (every message is `key: problem`).
+    pub fn problem(&self) -> String {
+        let text = self.to_string();
+        match text
+            .strip_prefix(self.key())
+            .and_then(|t| t.strip_prefix(": "))
+        {
+            Some(problem) => problem.to_owned(),
+            None => text,
+        }
+    }
 }
 
 #[cfg(test)]

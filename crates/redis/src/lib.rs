@@ -14,12 +14,19 @@
 //!
 //! - [`config`]: [`RedisConfig`] (store mode), [`TierConfig`] (tier mode), the [`Target`] (one
 //!   URL or Cluster seed nodes) and [`ConfigError`].
+//! - [`settings`]: [`RedisSettings`], the gateway's `[store.redis]` table as data (serde), and
+//!   the two configurations built from it.
 //! - `keys`: the key layout. One event's keys share a hash tag, so a script touching them runs on
 //!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
 //! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
 //!   start-up checks need.
-//! - [`store`]: [`RedisStore`] and its start-up checks; the Lua scripts live in `src/lua/`.
-//! - [`tier`]: [`TieredStore`] and its [`TierCounters`].
+//! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua scripts, which live in
+//!   `src/lua/`), `checks` (start-up), `claims`, `record`, `history` (the source streams),
+//!   `stats`, `instances`.
+//! - `reply`: what the scripts answer (a table whose first element names it), decoded into one
+//!   enum per script; an unknown name is an error naming the script and the reply.
+//! - [`tier`]: [`TieredStore`] (claim and release through Redis), its cache `entry` text, its
+//!   [`TierCounters`], and the traits it leaves to the inner store (`delegated`).
 //! - [`error`]: [`RedisError`], and how it becomes core's `StoreError`.
 //!
 //! The crate README explains the design choices (history, eviction, tier semantics) and carries
@@ -30,10 +37,13 @@ mod conn;
 pub mod error;
 mod keys;
 mod limiter;
+mod reply;
+pub mod settings;
 pub mod store;
 pub mod tier;
 
 pub use config::{ConfigError, RedisConfig, Target, TierConfig};
 pub use error::RedisError;
+pub use settings::RedisSettings;
 pub use store::RedisStore;
 pub use tier::{TierCounters, TieredStore};

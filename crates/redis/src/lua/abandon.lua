@@ -3,7 +3,8 @@
 -- A live processing record held by that instance under an earlier boot, with its lease still
 -- running by this server's clock, gets its lease ended now and an 'abandoned' history row; any
 -- other record is left alone.
--- Returns {1 when freed else 0, attempt or -1, stream_failed (1 or 0)}.
+-- Returns {'abandoned', attempt, stream_failed (1 or 0)} when freed, else {'untouched'}.
+-- (Decoded by src/reply.rs.)
 local now = server_now()
 local rec, n = load(now)
 if rec and rec.err then
@@ -12,7 +13,7 @@ end
 if not rec or rec.state ~= 'p' or rec.hi ~= ARGV[5] or not rec.hb
     or tonumber(rec.hb) >= tonumber(ARGV[6])
     or not rec.lease_until or rec.lease_until <= now then
-  return {0, -1, 0}
+  return {'untouched'}
 end
 rec.lease_until = now
 write(n, now, 'abandoned', false, rec.attempt, nil, rec.fp, rec)
@@ -20,4 +21,4 @@ local failed = 0
 if stream_failed then
   failed = 1
 end
-return {1, rec.attempt, failed}
+return {'abandoned', rec.attempt, failed}

@@ -3,8 +3,8 @@
 -- ARGV[6] = fingerprint (hex or empty), ARGV[7] = lease (ms), ARGV[8] = ttl (ms), ARGV[9] = the
 -- nonce a won claim gets (16 hex digits), ARGV[10] = late duplicates ("off", "flag", "reject"),
 -- ARGV[11] = the holder's instance (empty for none), ARGV[12] = its boot.
--- Returns {answer, n, gap, expires_at, late_first_seen, stream_failed} (-1 where none;
--- stream_failed is 1 when the source stream could not take the row, else 0):
+-- Returns {answer, n, gap, expires_at, late_first_seen, stream_failed}, decoded by src/reply.rs
+-- (-1 where none; stream_failed is 1 when the source stream could not take the row, else 0):
 --   "claimed", "reclaimed", "late_claimed": n = the attempt;
 --   "late_rejected", "duplicate", "conflict": n = the first receipt;
 --   "in_flight": n = the wait in ms.

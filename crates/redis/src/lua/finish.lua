@@ -1,28 +1,34 @@
 -- complete / release: only the token that holds the live record may finish it.
 -- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = "complete" or "release", ARGV[6] = the token's
 -- attempt, ARGV[7] = the token's nonce (16 hex digits).
--- Returns 1 when done, 2 when done but the source stream could not take the row, 3 when there was
--- nothing to do (completing a done record), 0 when the token is stale.
+-- Returns {'completed', stream_failed} or {'released', stream_failed} (stream_failed is 1 when the
+-- source stream could not take the row, else 0), {'already_done'} when there was nothing to do
+-- (completing a done record), {'stale'} when the token does not hold the live record.
+-- (Decoded by src/reply.rs.)
 local now = server_now()
 local rec, n = load(now)
 if rec and rec.err then
   return rec
 end
 if not rec or rec.attempt ~= tonumber(ARGV[6]) or rec.nonce ~= ARGV[7] then
-  return 0
+  return {'stale'}
 end
+local done
 if ARGV[5] == 'release' then
   redis.call('HDEL', KEYS[1], 'r')
   write(n, now, 'released', false, rec.attempt, nil, rec.fp, nil)
+  done = 'released'
 elseif rec.state == 'd' then
-  return 3
+  return {'already_done'}
 else
   rec.state = 'd'
   rec.lease_until = nil
   hold(rec, nil, nil)
   write(n, now, 'completed', true, rec.attempt, nil, rec.fp, rec)
+  done = 'completed'
 end
+local failed = 0
 if stream_failed then
-  return 2
+  failed = 1
 end
-return 1
+return {done, failed}

@@ -1,18 +1,19 @@
 -- renew: a new lease for the processing record the token holds, never past its expiry.
 -- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = the token's attempt, ARGV[6] = its nonce (16
 -- hex digits), ARGV[7] = the lease (ms).
--- Returns {1, lease_until} when renewed, {3, expires_at} when the record is already done under
--- this token (nothing written), {0, -1} when the token is stale. Writes no history row.
+-- Returns {'renewed', lease_until}, {'already_done', expires_at} when the record is already done
+-- under this token (nothing written), or {'stale'} when the token does not hold the live record.
+-- Writes no history row. (Decoded by src/reply.rs.)
 local now = server_now()
 local rec = load(now)
 if rec and rec.err then
   return rec
 end
 if not rec or rec.attempt ~= tonumber(ARGV[5]) or rec.nonce ~= ARGV[6] then
-  return {0, -1}
+  return {'stale'}
 end
 if rec.state == 'd' then
-  return {3, rec.expires_at}
+  return {'already_done', rec.expires_at}
 end
 local until_ms = now + tonumber(ARGV[7])
 if until_ms > rec.expires_at then
@@ -20,4 +21,4 @@ if until_ms > rec.expires_at then
 end
 rec.lease_until = until_ms
 redis.call('HSET', KEYS[1], 'r', encode(rec))
-return {1, until_ms}
+return {'renewed', until_ms}

@@ -16,8 +16,9 @@
 //!   record before the release cannot cache it after), then the inner store deletes the record.
 //!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
 //!   never cacheable); a done one is refused, since its cached answer could outlive the release.
-//! - **renew**, **lookup**, [`Sweep`], [`Stats`], [`HistoryQuery`], [`Identity`], [`Instances`]:
-//!   the inner store.
+//! - **renew**, **lookup**, [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
+//!   [`HistoryQuery`](idemgate_core::HistoryQuery), [`Identity`],
+//!   [`Instances`](idemgate_core::Instances): the inner store.
 //!
 //! Why eviction, `FLUSHALL` or a restart can only cost a round trip: a claim is never decided by
 //! Redis alone. A missing entry means "ask SQL", and SQL's answer is the one the caller gets.
@@ -45,16 +46,24 @@
 //! recorded by the inner store, so the gap history the TTL advisor reads keeps each event's
 //! earliest duplicate; later ones show only in the counters.
 
-use idemgate_core::HistoryRetention;
+//!
+//! # Layout
+//!
+//! This file holds [`TieredStore`] and the two operations that go through Redis (claim and
+//! release); `entry` the cache entries' text; `counters` the [`TierCounters`]; `delegated` the
+//! traits left to the inner store whole.
+
+mod counters;
+mod delegated;
+mod entry;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemgate_core::advise::Observation;
-use idemgate_core::store::HistoryQuery;
 use idemgate_core::{
-    Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Fingerprint, Identity,
-    InstanceName, Instances, Key, RecordState, Stats, StoreError, StoreStats, Sweep, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, RecordState,
+    StoreError, Timestamp,
 };
 use redis::{AsyncCommands, Script};
 use tracing::{instrument, warn};
@@ -64,9 +73,10 @@ use crate::conn::{Conn, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
-
-/// What a cache entry holds after a release: "do not cache this event now".
-const TOMBSTONE: &str = "x";
+use crate::reply;
+use counters::Counters;
+pub use counters::TierCounters;
+use entry::{Cached, TOMBSTONE};
 
 /// A [`ClaimStore`] answering known duplicates from Redis in front of `S`, the source of truth.
 /// Cheap to clone when `S` is.
@@ -100,72 +110,6 @@ struct Shared {
     errors_log: LogLimiter,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    errors: AtomicU64,
-    bypassed: AtomicU64,
-}
-
-/// How the tier has fared since it was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TierCounters {
-    /// Claims answered `Duplicate` from Redis, without the inner store.
-    pub hits: u64,
-    /// Claims Redis could not answer (no entry, a tombstone, a fingerprint it cannot vouch for).
-    pub misses: u64,
-    /// Redis commands that failed (each sent its claim to the inner store).
-    pub errors: u64,
-    /// Claims sent straight to the inner store because Redis failed moments before.
-    pub bypassed: u64,
-}
-
-/// A cached answer: `d|first_seen|expires_at|fingerprint`.
-#[derive(Debug, PartialEq, Eq)]
-struct Cached {
-    first_seen: Timestamp,
-    expires_at: Timestamp,
-    /// A fingerprint a claim may carry and still be a duplicate (empty: only claims without one).
-    fingerprint: Option<Fingerprint>,
-}
-
-impl Cached {
-    fn encode(&self) -> String {
-        format!(
-            "d|{}|{}|{}",
-            self.first_seen.as_millis(),
-            self.expires_at.as_millis(),
-            self.fingerprint.map(|f| f.to_hex()).unwrap_or_default()
-        )
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let mut f = text.split('|');
-        (f.next()? == "d").then_some(())?;
-        let first_seen = Timestamp::from_millis(f.next()?.parse().ok()?);
-        let expires_at = Timestamp::from_millis(f.next()?.parse().ok()?);
-        let fingerprint = match f.next()? {
-            "" => None,
-            hex => Some(Fingerprint::from_hex(hex).ok()?),
-        };
-        f.next().is_none().then_some(Self {
-            first_seen,
-            expires_at,
-            fingerprint,
-        })
-    }
-
-    /// Whether the inner store would surely answer `Duplicate` to a claim with `asked`.
-    ///
-    /// The entry was filled from a `Duplicate` to a claim carrying `self.fingerprint`, so the
-    /// record's own fingerprint is either absent or that one: a claim with the same fingerprint,
-    /// or none, is a duplicate either way; any other might be a conflict and goes to SQL.
-    fn vouches_for(&self, asked: Option<Fingerprint>) -> bool {
-        asked.is_none() || asked == self.fingerprint
-    }
-}
-
 impl<S: ClaimStore + Identity> TieredStore<S> {
     /// Puts Redis in front of `inner`, caching only for `inner`'s [`Identity::store_id`] (read
     /// now). Never connects: the connection is made on first use and remade after failures, so a
@@ -193,7 +137,7 @@ impl<S: ClaimStore + Identity> TieredStore<S> {
                 scope,
                 cfg,
                 conn,
-                fill: Script::new(include_str!("lua/fill.lua")),
+                fill: Script::new(include_str!("../lua/fill.lua")),
                 counters: Counters::default(),
                 start: Instant::now(),
                 skip_until_ms: AtomicU64::new(0),
@@ -230,13 +174,7 @@ impl<S: ClaimStore> TieredStore<S> {
 
     /// Hits, misses, errors and bypasses so far.
     pub fn counters(&self) -> TierCounters {
-        let c = &self.shared.counters;
-        TierCounters {
-            hits: c.hits.load(Ordering::Relaxed),
-            misses: c.misses.load(Ordering::Relaxed),
-            errors: c.errors.load(Ordering::Relaxed),
-            bypassed: c.bypassed.load(Ordering::Relaxed),
-        }
+        self.shared.counters.snapshot()
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -249,7 +187,7 @@ impl<S: ClaimStore> TieredStore<S> {
     }
 
     /// Counts and (at most once a minute) logs a Redis failure, and skips Redis for a while.
-    fn redis_failed(&self, doing: &'static str, error: &redis::RedisError) {
+    fn redis_failed(&self, doing: &'static str, error: &dyn std::fmt::Display) {
         let s = &self.shared;
         s.counters.errors.fetch_add(1, Ordering::Relaxed);
         let retry_ms = u64::try_from(s.cfg.retry_after.as_millis()).unwrap_or(u64::MAX);
@@ -311,7 +249,7 @@ impl<S: ClaimStore> TieredStore<S> {
             i64::try_from(self.shared.cfg.expiry_margin.as_millis()).unwrap_or(i64::MAX),
         );
         let mut conn = self.shared.conn.clone();
-        let result: Result<i64, _> = self
+        let result = self
             .shared
             .fill
             .key(self.shared.keys.cache(&req.key, &self.shared.scope))
@@ -320,8 +258,11 @@ impl<S: ClaimStore> TieredStore<S> {
             .arg(TOMBSTONE)
             .invoke_async(&mut conn)
             .await;
-        if let Err(e) = result {
-            self.redis_failed("filling the cache", &e);
+        match result.map(reply::Fill::decode) {
+            // Released meanwhile, or too close to expiry: nothing to cache, nothing wrong.
+            Ok(Ok(reply::Fill::Cached | reply::Fill::Released | reply::Fill::Expiring)) => {}
+            Ok(Err(e)) => self.redis_failed("filling the cache", &e),
+            Err(e) => self.redis_failed("filling the cache", &e),
         }
     }
 
@@ -373,6 +314,7 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
         Ok(outcome)
     }
 
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.inner.complete(token).await
     }
@@ -408,103 +350,13 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
         self.inner.release(token).await
     }
 
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
     async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
         self.inner.renew(token, lease).await
     }
 
+    #[instrument(level = "debug", skip_all, fields(source = %key.source))]
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.inner.lookup(key).await
-    }
-}
-
-impl<S: Identity> Identity for TieredStore<S> {
-    /// The inner store's: the tier is a cache of it, not a store of its own.
-    fn store_id(&self) -> &str {
-        self.inner.store_id()
-    }
-}
-
-impl<S: ClaimStore + Instances> Instances for TieredStore<S> {
-    /// The inner store's. Nothing cached changes: only done records are cached, and a boot
-    /// frees processing ones.
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        self.inner.register_boot(instance).await
-    }
-}
-
-/// Sweeping is the inner store's, run and all (PostgreSQL maintains partitions in its run).
-impl<S: ClaimStore + Sweep> Sweep for TieredStore<S> {
-    async fn sweep_expired(&self, batch: std::num::NonZeroU32) -> Result<u64, StoreError> {
-        self.inner.sweep_expired(batch).await
-    }
-
-    async fn sweep_run<P, F>(
-        &self,
-        opts: idemgate_core::sweep::SweepOptions,
-        pause: P,
-        on_batch: impl FnMut(u64) + Send,
-    ) -> Result<idemgate_core::sweep::SweepReport, StoreError>
-    where
-        P: FnMut(Duration) -> F + Send,
-        F: std::future::Future<Output = bool> + Send,
-    {
-        self.inner.sweep_run(opts, pause, on_batch).await
-    }
-}
-
-impl<S: ClaimStore + HistoryQuery> HistoryQuery for TieredStore<S> {
-    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
-        self.inner.has_source(source).await
-    }
-
-    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        self.inner.observe(period).await
-    }
-}
-
-impl<S: ClaimStore + HistoryRetention> HistoryRetention for TieredStore<S> {
-    async fn purge_history(
-        &self,
-        retention: Duration,
-        batch: std::num::NonZeroU32,
-    ) -> Result<u64, StoreError> {
-        self.inner.purge_history(retention, batch).await
-    }
-}
-
-impl<S: ClaimStore + Stats> Stats for TieredStore<S> {
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.inner.stats().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cached_entries_round_trip() {
-        let c = Cached {
-            first_seen: Timestamp::from_millis(1_000),
-            expires_at: Timestamp::from_millis(9_000),
-            fingerprint: Some(Fingerprint([7; 32])),
-        };
-        assert_eq!(Cached::parse(&c.encode()), Some(c));
-        let none = Cached::parse("d|1|2|").unwrap();
-        assert_eq!(none.fingerprint, None);
-        assert_eq!(Cached::parse(TOMBSTONE), None);
-        assert_eq!(Cached::parse("d|1|2|zz"), None);
-    }
-
-    #[test]
-    fn an_entry_vouches_only_for_fingerprints_it_saw() {
-        let fp = |b| Some(Fingerprint([b; 32]));
-        let with = Cached::parse(&format!("d|1|2|{}", "01".repeat(32))).unwrap();
-        assert!(with.vouches_for(None));
-        assert!(with.vouches_for(fp(1)));
-        assert!(!with.vouches_for(fp(2)));
-        let without = Cached::parse("d|1|2|").unwrap();
-        assert!(without.vouches_for(None));
-        assert!(!without.vouches_for(fp(1)));
     }
 }

@@ -1,0 +1,104 @@
+//! [`Instances`](idemgate_core::Instances): a new boot of a gateway instance, and the claims its
+//! earlier boots held, freed one event at a time.
+
+use idemgate_core::{Boot, HistoryOutcome, Holder, InstanceName, RecordState, Timestamp};
+
+use super::RedisStore;
+use super::record::parse_record;
+use crate::error::RedisError;
+use crate::reply;
+
+impl RedisStore {
+    /// Registers the boot (one script on the instance's key), then walks every master's events
+    /// (`SCAN`, one pipelined `HGET` of the record per page) and runs the abandon script on each
+    /// whose record names `instance` under an earlier boot; the script decides by the server's
+    /// clock and writes the `abandoned` row. Each event is freed atomically; the walk as a whole
+    /// is not (a crash during it leaves the rest to their leases).
+    pub(super) async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
+        let keys = &self.shared.keys;
+        let mut conn = self.conn.clone();
+        let (boot, started): (u64, i64) = self
+            .shared
+            .scripts
+            .boot
+            .key(keys.instance(instance))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(RedisError::command("boot script"))?;
+        let pattern = keys.events_pattern();
+        let mut freed = 0;
+        for node in conn.masters().await.map_err(RedisError::command("PING"))? {
+            let mut cursor = 0;
+            loop {
+                let (next, page) = conn
+                    .scan_page(&node, cursor, &pattern)
+                    .await
+                    .map_err(RedisError::command("SCAN"))?;
+                let records: Vec<Option<String>> = if page.is_empty() {
+                    Vec::new()
+                } else {
+                    let mut pipe = redis::pipe();
+                    for key in &page {
+                        pipe.cmd("HGET").arg(key).arg("r");
+                    }
+                    conn.pipeline_on_node(&node, pipe)
+                        .await
+                        .map_err(RedisError::command("HGET"))?
+                        .into_iter()
+                        .map(redis::from_redis_value)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| RedisError::command("HGET")(e.into()))?
+                };
+                for (event_key, record) in page.iter().zip(records) {
+                    let held_before = record.as_deref().and_then(parse_record).is_some_and(|r| {
+                        r.state == RecordState::Processing
+                            && r.holder
+                                .is_some_and(|h| h.instance == *instance && h.boot < boot)
+                    });
+                    if !held_before {
+                        continue;
+                    }
+                    let Some(key) = keys.key_of(event_key) else {
+                        continue;
+                    };
+                    let (reply, in_script): (redis::Value, bool) = self
+                        .eval(
+                            "abandon script",
+                            &self.shared.scripts.abandon,
+                            &key,
+                            |inv| {
+                                inv.arg(instance.as_str()).arg(boot);
+                            },
+                        )
+                        .await?;
+                    let reply::Abandon::Abandoned {
+                        attempt,
+                        stream_failed,
+                    } = reply::Abandon::decode(reply)?
+                    else {
+                        continue;
+                    };
+                    freed += 1;
+                    if !in_script {
+                        self.append_stream(&key, HistoryOutcome::Abandoned, Some(attempt), None)
+                            .await;
+                    } else if stream_failed {
+                        self.stream_failed(&key);
+                    }
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(Boot {
+            holder: Holder {
+                instance: instance.clone(),
+                boot,
+            },
+            started_at: Timestamp::from_millis(started),
+            freed,
+        })
+    }
+}
