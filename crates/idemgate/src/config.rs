@@ -7,8 +7,6 @@ use std::time::Duration;
 use idemgate_core::sweep::SweepOptions;
 use serde::Deserialize;
 
-use crate::duration::human;
-
 /// `[store.postgres]`, deserialized as the PostgreSQL store's own [`PgSettings`].
 #[cfg(feature = "postgres")]
 pub use idemgate_postgres::{ExpiryMode, PgSettings};
@@ -83,14 +81,14 @@ pub struct StoreConfig {
     /// Redis: the store (`kind = "redis"`) or a tier in front of the SQL store.
     pub redis: Option<RedisSection>,
     /// How often expired dedup records are swept.
-    #[serde(default = "default_sweep_interval", with = "human")]
+    #[serde(default = "default_sweep_interval", with = "humantime_serde")]
     pub sweep_interval: Duration,
     /// How long history is kept (PostgreSQL drops whole months past it; SQLite deletes in
     /// bounded batches). Never touches live dedup records.
-    #[serde(default = "default_history_retention", with = "human")]
+    #[serde(default = "default_history_retention", with = "humantime_serde")]
     pub history_retention: Duration,
     /// How often history past its retention is removed.
-    #[serde(default = "default_history_interval", with = "human")]
+    #[serde(default = "default_history_interval", with = "humantime_serde")]
     pub history_interval: Duration,
 }
 

@@ -42,7 +42,6 @@
 //!   in-memory store; from `idemgate-providers`: [`Verifier`] and [`Scheme`].
 
 pub mod config;
-pub mod duration;
 pub mod layer;
 pub mod store;
 pub mod view;

@@ -120,18 +120,18 @@ pub struct Limits {
     #[serde(default = "default_body_limit")]
     pub body_limit: usize,
     /// Longest a request may take to arrive and be answered (slow bodies get 408).
-    #[serde(default = "default_request_timeout", with = "human")]
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
     pub request_timeout: Duration,
     /// Longest a client may take to send a request's headers, and longest a keep-alive
     /// connection may sit idle between requests; then the connection is closed.
-    #[serde(default = "default_header_timeout", with = "human")]
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
     pub header_timeout: Duration,
     /// Most connections served at once; one more is answered 503 and closed at once. Default:
     /// half the process's open-file limit less a reserve (each connection may forward over a
     /// connection of its own).
     pub max_connections: Option<std::num::NonZeroUsize>,
     /// On shutdown, how long in-flight requests may take to finish.
-    #[serde(default = "default_shutdown_grace", with = "human")]
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
 }
 
@@ -183,21 +183,21 @@ pub struct SourceConfig {
     pub secrets: Vec<String>,
     /// Where accepted deliveries are sent. Without one, a delivery is acknowledged once claimed.
     pub forward_url: Option<String>,
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub retry_window: Option<Duration>,
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub queue_lag: Option<Duration>,
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub clock_skew: Option<Duration>,
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub replay_margin: Option<Duration>,
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub ttl_override: Option<Duration>,
     pub ttl_override_reason: Option<String>,
     #[serde(default)]
     pub mode: ClaimMode,
     /// How long a forward may hold the claim before another delivery takes it over.
-    #[serde(default, with = "human_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
     #[serde(default)]
     pub on_conflict: OnConflict,
@@ -205,10 +205,10 @@ pub struct SourceConfig {
     /// it, record and count it), "reject" (answer 200 without processing) or "off".
     #[serde(default)]
     pub late_duplicates: LateDuplicates,
-    #[serde(default = "default_forward_timeout", with = "human")]
+    #[serde(default = "default_forward_timeout", with = "humantime_serde")]
     pub forward_timeout: Duration,
     /// Signature timestamp tolerance: a replay guard, not the retry window.
-    #[serde(default = "default_tolerance", with = "human")]
+    #[serde(default = "default_tolerance", with = "humantime_serde")]
     pub tolerance: Duration,
     /// `generic-hmac`: the signature's header.
     pub signature_header: Option<String>,
@@ -607,4 +607,3 @@ fn host_name() -> String {
 }
 
 pub use idemgate::config::{RedisSection, StoreConfig, StoreKind};
-use idemgate::duration::{human, human_opt};
