@@ -55,32 +55,6 @@ impl AnyStore {
     }
 }
 
-/// Calls the same method on whichever engine this is.
-macro_rules! each {
-    ($self:expr, $s:ident => $body:expr) => {
-        match $self {
-            Engine::Memory($s) => $body,
-            #[cfg(feature = "sqlite")]
-            Engine::Sqlite($s) => $body,
-            #[cfg(feature = "postgres")]
-            Engine::Postgres($s) => $body,
-            #[cfg(feature = "redis")]
-            Engine::Redis($s) => $body,
-        }
-    };
-}
-
-/// Calls the same method on the plain or the tiered store.
-macro_rules! either {
-    ($self:expr, $s:ident => $body:expr) => {
-        match $self {
-            AnyStore::Plain($s) => $body,
-            #[cfg(feature = "redis")]
-            AnyStore::Tiered($s) => $body,
-        }
-    };
-}
-
 /// Why the configured store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -207,7 +181,11 @@ impl AnyStore {
     /// The store's error.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let key = Key::parse("idemgate.health", "ping").expect("a valid key");
-        either!(self, s => s.lookup(&key).await.map(drop))
+        match self {
+            Self::Plain(s) => s.lookup(&key).await.map(drop),
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.lookup(&key).await.map(drop),
+        }
     }
 }
 
@@ -336,37 +314,101 @@ pub(crate) fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
 
 impl ClaimStore for Engine {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        each!(self, s => s.claim(req).await)
+        match self {
+            Self::Memory(s) => s.claim(req).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.claim(req).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.claim(req).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.claim(req).await,
+        }
     }
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        each!(self, s => s.complete(token).await)
+        match self {
+            Self::Memory(s) => s.complete(token).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.complete(token).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.complete(token).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.complete(token).await,
+        }
     }
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        each!(self, s => s.release(token).await)
+        match self {
+            Self::Memory(s) => s.release(token).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.release(token).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.release(token).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.release(token).await,
+        }
     }
     async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
-        each!(self, s => s.renew(token, lease).await)
+        match self {
+            Self::Memory(s) => s.renew(token, lease).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.renew(token, lease).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.renew(token, lease).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.renew(token, lease).await,
+        }
     }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
-        each!(self, s => s.lookup(key).await)
+        match self {
+            Self::Memory(s) => s.lookup(key).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.lookup(key).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.lookup(key).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.lookup(key).await,
+        }
     }
 }
 
 impl Identity for Engine {
     fn store_id(&self) -> &str {
-        each!(self, s => s.store_id())
+        match self {
+            Self::Memory(s) => s.store_id(),
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.store_id(),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.store_id(),
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.store_id(),
+        }
     }
 }
 
 impl Instances for Engine {
     async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        each!(self, s => s.register_boot(instance).await)
+        match self {
+            Self::Memory(s) => s.register_boot(instance).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.register_boot(instance).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.register_boot(instance).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.register_boot(instance).await,
+        }
     }
 }
 
 impl Stats for Engine {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        each!(self, s => s.stats().await)
+        match self {
+            Self::Memory(s) => s.stats().await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.stats().await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.stats().await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.stats().await,
+        }
     }
 }
 
@@ -409,10 +451,26 @@ impl Sweep for Engine {
 
 impl HistoryQuery for Engine {
     async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
-        each!(self, s => s.has_source(source).await)
+        match self {
+            Self::Memory(s) => s.has_source(source).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.has_source(source).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.has_source(source).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.has_source(source).await,
+        }
     }
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        each!(self, s => s.observe(period).await)
+        match self {
+            Self::Memory(s) => s.observe(period).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.observe(period).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.observe(period).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.observe(period).await,
+        }
     }
 }
 
@@ -422,49 +480,93 @@ impl HistoryRetention for Engine {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        each!(self, s => s.purge_history(retention, batch).await)
+        match self {
+            Self::Memory(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.purge_history(retention, batch).await,
+        }
     }
 }
 
 impl ClaimStore for AnyStore {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        either!(self, s => s.claim(req).await)
+        match self {
+            Self::Plain(s) => s.claim(req).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.claim(req).await,
+        }
     }
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        either!(self, s => s.complete(token).await)
+        match self {
+            Self::Plain(s) => s.complete(token).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.complete(token).await,
+        }
     }
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        either!(self, s => s.release(token).await)
+        match self {
+            Self::Plain(s) => s.release(token).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.release(token).await,
+        }
     }
     async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
-        either!(self, s => s.renew(token, lease).await)
+        match self {
+            Self::Plain(s) => s.renew(token, lease).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.renew(token, lease).await,
+        }
     }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
-        either!(self, s => s.lookup(key).await)
+        match self {
+            Self::Plain(s) => s.lookup(key).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.lookup(key).await,
+        }
     }
 }
 
 impl Identity for AnyStore {
     fn store_id(&self) -> &str {
-        either!(self, s => s.store_id())
+        match self {
+            Self::Plain(s) => s.store_id(),
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.store_id(),
+        }
     }
 }
 
 impl Instances for AnyStore {
     async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        either!(self, s => s.register_boot(instance).await)
+        match self {
+            Self::Plain(s) => s.register_boot(instance).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.register_boot(instance).await,
+        }
     }
 }
 
 impl Stats for AnyStore {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        either!(self, s => s.stats().await)
+        match self {
+            Self::Plain(s) => s.stats().await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.stats().await,
+        }
     }
 }
 
 impl Sweep for AnyStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        either!(self, s => s.sweep_expired(batch).await)
+        match self {
+            Self::Plain(s) => s.sweep_expired(batch).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.sweep_expired(batch).await,
+        }
     }
 
     async fn sweep_run<P, F>(
@@ -477,16 +579,28 @@ impl Sweep for AnyStore {
         P: FnMut(Duration) -> F + Send,
         F: Future<Output = bool> + Send,
     {
-        either!(self, s => s.sweep_run(opts, pause, on_batch).await)
+        match self {
+            Self::Plain(s) => s.sweep_run(opts, pause, on_batch).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.sweep_run(opts, pause, on_batch).await,
+        }
     }
 }
 
 impl HistoryQuery for AnyStore {
     async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
-        either!(self, s => s.has_source(source).await)
+        match self {
+            Self::Plain(s) => s.has_source(source).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.has_source(source).await,
+        }
     }
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        either!(self, s => s.observe(period).await)
+        match self {
+            Self::Plain(s) => s.observe(period).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.observe(period).await,
+        }
     }
 }
 
@@ -496,7 +610,11 @@ impl HistoryRetention for AnyStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        either!(self, s => s.purge_history(retention, batch).await)
+        match self {
+            Self::Plain(s) => s.purge_history(retention, batch).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.purge_history(retention, batch).await,
+        }
     }
 }
 
