@@ -24,6 +24,7 @@
 
 pub mod advise;
 pub mod claim;
+pub mod error;
 pub mod key;
 pub mod machine;
 pub mod memory;

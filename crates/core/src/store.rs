@@ -14,57 +14,10 @@ use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder};
 use crate::key::{InstanceName, Key, SourceName};
-use crate::sweep::{SweepOptions, SweepReport};
 use crate::time::Timestamp;
 
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// `complete`, `release` or `renew` with a token that no longer holds the claim: the lease
-    /// was taken over, the claim was released, or the record expired.
-    #[error(
-        "stale claim token for {key} (attempt {attempt}): the claim was taken over, released or expired"
-    )]
-    StaleToken { key: Key, attempt: u32 },
-    /// The data on disk was written by a newer idemgate.
-    #[error(
-        "the store was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"
-    )]
-    NewerSchema { found: i64, known: i64 },
-    /// The schema is older than this build: `idemgate migrate` brings it up to date (a tool that
-    /// only reads does not migrate).
-    #[error(
-        "the store is at schema version {found}, this build needs {known}; run idemgate migrate"
-    )]
-    OlderSchema { found: i64, known: i64 },
-    /// There is no store where one was expected (a tool that only reads does not create one);
-    /// `what` names the place.
-    #[error("{what}")]
-    NoStore { what: String },
-    /// The store is closed or shutting down.
-    #[error("the store is closed")]
-    Closed,
-    /// The engine failed; `context` says what idemgate was doing.
-    #[error("{context}")]
-    Backend {
-        context: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-impl StoreError {
-    /// Wraps an engine error with what was being done.
-    pub fn backend(
-        context: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        Self::Backend {
-            context: context.into(),
-            source: source.into(),
-        }
-    }
-}
+pub use crate::error::StoreError;
+pub use crate::sweep::Sweep;
 
 /// The claim state machine (see [`crate::machine`] for the rules).
 ///
@@ -164,41 +117,6 @@ pub fn random_store_id() -> String {
         crate::machine::nonce(),
         crate::machine::nonce()
     )
-}
-
-/// Removing expired records in bounded batches (a store whose records expire by themselves,
-/// like Redis, does not implement it).
-pub trait Sweep: Send + Sync {
-    /// Deletes at most `batch` records whose `expires_at` passed (by the store's clock) and returns
-    /// how many it deleted. Live records are never touched.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`].
-    fn sweep_expired(
-        &self,
-        batch: NonZeroU32,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-    /// One sweep run: by default [`crate::sweep::run`], bounded batches of `opts.batch` with
-    /// `pause(opts.pause)` awaited between them (it returns `false` to stop the run: cancellation)
-    /// until a batch comes back short. `on_batch` hears each batch's row count. A store with more
-    /// to do in a run overrides it (PostgreSQL maintains its partitions first).
-    ///
-    /// # Errors
-    /// The first failure; what was deleted before it stays deleted.
-    fn sweep_run<P, F>(
-        &self,
-        opts: SweepOptions,
-        pause: P,
-        on_batch: impl FnMut(u64) + Send,
-    ) -> impl Future<Output = Result<SweepReport, StoreError>> + Send
-    where
-        Self: Sized,
-        P: FnMut(Duration) -> F + Send,
-        F: Future<Output = bool> + Send,
-    {
-        crate::sweep::run(self, opts, pause, on_batch)
-    }
 }
 
 /// Asking history: what the TTL advisor reads.

@@ -6,7 +6,42 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use crate::store::{StoreError, Sweep};
+use crate::error::StoreError;
+
+/// Removing expired records in bounded batches (a store whose records expire by themselves,
+/// like Redis, does not implement it).
+pub trait Sweep: Send + Sync {
+    /// Deletes at most `batch` records whose `expires_at` passed (by the store's clock) and returns
+    /// how many it deleted. Live records are never touched.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn sweep_expired(
+        &self,
+        batch: NonZeroU32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// One sweep run: by default [`run`], bounded batches of `opts.batch` with
+    /// `pause(opts.pause)` awaited between them (it returns `false` to stop the run: cancellation)
+    /// until a batch comes back short. `on_batch` hears each batch's row count. A store with more
+    /// to do in a run overrides it (PostgreSQL maintains its partitions first).
+    ///
+    /// # Errors
+    /// The first failure; what was deleted before it stays deleted.
+    fn sweep_run<P, F>(
+        &self,
+        opts: SweepOptions,
+        pause: P,
+        on_batch: impl FnMut(u64) + Send,
+    ) -> impl Future<Output = Result<SweepReport, StoreError>> + Send
+    where
+        Self: Sized,
+        P: FnMut(Duration) -> F + Send,
+        F: Future<Output = bool> + Send,
+    {
+        run(self, opts, pause, on_batch)
+    }
+}
 
 /// How a sweep run deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

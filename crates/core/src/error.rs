@@ -1,0 +1,52 @@
+//! [`StoreError`]: why a store operation failed, shared by the store traits and the sweeper.
+
+use crate::key::Key;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// `complete`, `release` or `renew` with a token that no longer holds the claim: the lease
+    /// was taken over, the claim was released, or the record expired.
+    #[error(
+        "stale claim token for {key} (attempt {attempt}): the claim was taken over, released or expired"
+    )]
+    StaleToken { key: Key, attempt: u32 },
+    /// The data on disk was written by a newer idemgate.
+    #[error(
+        "the store was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"
+    )]
+    NewerSchema { found: i64, known: i64 },
+    /// The schema is older than this build: `idemgate migrate` brings it up to date (a tool that
+    /// only reads does not migrate).
+    #[error(
+        "the store is at schema version {found}, this build needs {known}; run idemgate migrate"
+    )]
+    OlderSchema { found: i64, known: i64 },
+    /// There is no store where one was expected (a tool that only reads does not create one);
+    /// `what` names the place.
+    #[error("{what}")]
+    NoStore { what: String },
+    /// The store is closed or shutting down.
+    #[error("the store is closed")]
+    Closed,
+    /// The engine failed; `context` says what idemgate was doing.
+    #[error("{context}")]
+    Backend {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// Wraps an engine error with what was being done.
+    pub fn backend(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
