@@ -62,7 +62,12 @@ impl Tally {
                 period: Duration::ZERO,
             });
         match outcome {
-            HistoryOutcome::Completed | HistoryOutcome::Released | HistoryOutcome::Abandoned => {
+            // Not deliveries: what became of one later.
+            HistoryOutcome::Completed
+            | HistoryOutcome::Released
+            | HistoryOutcome::Abandoned
+            | HistoryOutcome::DeadLettered
+            | HistoryOutcome::Replayed => {
                 return;
             }
             HistoryOutcome::Claimed => obs.first_receipts += 1,

@@ -274,10 +274,15 @@ pub enum HistoryOutcome {
     /// A processing claim whose holder's instance started again: its lease was ended at once so
     /// the next delivery takes it over (with attempt + 1, `reclaimed`).
     Abandoned,
+    /// Inbox mode: the event's queue item ran out of attempts or grew too old, and is kept as a
+    /// dead letter.
+    DeadLettered,
+    /// Inbox mode: a dead letter moved back to the queue (the row's `note` says why).
+    Replayed,
 }
 
 impl HistoryOutcome {
-    pub const ALL: [HistoryOutcome; 9] = [
+    pub const ALL: [HistoryOutcome; 11] = [
         Self::Claimed,
         Self::Duplicate,
         Self::InFlight,
@@ -287,6 +292,8 @@ impl HistoryOutcome {
         Self::Released,
         Self::LateDuplicate,
         Self::Abandoned,
+        Self::DeadLettered,
+        Self::Replayed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -300,6 +307,8 @@ impl HistoryOutcome {
             Self::Released => "released",
             Self::LateDuplicate => "late_duplicate",
             Self::Abandoned => "abandoned",
+            Self::DeadLettered => "dead_lettered",
+            Self::Replayed => "replayed",
         }
     }
 
@@ -344,6 +353,8 @@ pub struct HistoryEntry {
     /// For duplicates, in-flight answers and conflicts: the time since first receipt.
     pub gap: Option<Duration>,
     pub fingerprint: Option<Fingerprint>,
+    /// An operator's words: a replay's reason (`None` on every other row).
+    pub note: Option<String>,
 }
 
 /// What history says of an event whose record is absent: when it was first received, and whether

@@ -25,6 +25,7 @@
 pub mod advise;
 pub mod claim;
 pub mod error;
+pub mod inbox;
 pub mod key;
 pub mod machine;
 pub mod memory;

@@ -103,6 +103,7 @@ impl MemoryStore {
                 at: now,
                 gap: None,
                 fingerprint,
+                note: None,
             },
         );
         Ok(())
@@ -139,6 +140,7 @@ impl ClaimStore for MemoryStore {
                 at: now,
                 gap: step.gap,
                 fingerprint: req.fingerprint,
+                note: None,
             },
         );
         Ok(step.outcome)
@@ -207,6 +209,7 @@ impl Instances for MemoryStore {
                 at: now,
                 gap: None,
                 fingerprint: rec.fingerprint,
+                note: None,
             };
             st.records.insert(key.clone(), rec.clone());
             st.append(key, entry);

@@ -53,6 +53,9 @@ pub struct HistoryReport {
     pub gap_ms: Option<u64>,
     /// The delivery's payload SHA-256, hex.
     pub fingerprint: Option<String>,
+    /// An operator's words: a replay's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl From<&EventView> for EventReport {
@@ -86,6 +89,7 @@ impl From<&EventView> for EventReport {
                         .gap
                         .map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX)),
                     fingerprint: h.fingerprint.map(|f| f.to_hex()),
+                    note: h.note.clone(),
                 })
                 .collect(),
         }

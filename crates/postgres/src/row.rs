@@ -169,6 +169,7 @@ pub(crate) fn history_entry_of(row: &Row, context: &'static str) -> Result<Histo
         at: Timestamp::from_millis(get(row, "received_ms", context)?),
         gap: get::<Option<i64>>(row, "gap_ms", context)?.map(ms),
         fingerprint: fingerprint(get(row, "fingerprint", context)?, context)?,
+        note: None,
     })
 }
 

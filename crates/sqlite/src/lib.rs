@@ -421,6 +421,7 @@ impl ClaimStore for SqliteStore {
                             .get::<_, Option<i64>>(3)?
                             .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
                         fingerprint: fingerprint_at(row, 4)?,
+                        note: None,
                     })
                 })
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

@@ -79,6 +79,7 @@ pub(super) fn parse_history(text: &str) -> Option<HistoryEntry> {
         at,
         gap,
         fingerprint,
+        note: None,
     })
 }
 
