@@ -43,7 +43,7 @@ pub use crate::config::Config;
 pub use crate::ingest::verifier;
 pub use crate::outcome::Outcome;
 pub use crate::server::{StartError, open, run, serve};
-pub use crate::state::{AppState, Inner, Source};
+pub use crate::state::{AppState, Inner, Source, Sources};
 pub use idemgate::{AnyStore, store};
 
 /// The router: every route, the body limit and the request timeout.

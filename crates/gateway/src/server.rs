@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config, Limits};
 use crate::error::Problem;
 use crate::outcome::Outcome;
-use crate::state::AppState;
+use crate::state::{AppState, Sources};
 use crate::store::{self, AnyStore};
 use crate::{admin, app};
 use idemgate_core::store::Instances;
@@ -56,8 +56,9 @@ pub async fn run(
 /// [`StartError::Config`] for a source that cannot be built, [`StartError::Store`] when the
 /// store cannot be opened.
 pub async fn open(config: &Config) -> Result<AppState, StartError> {
-    // The verifiers first: a configuration error is found without touching the store.
-    AppState::new(config, AnyStore::memory(), None)?;
+    // The sources and their verifiers first: a configuration error is found without touching
+    // the store.
+    let sources = Sources::build(config)?;
     let store = AnyStore::open(&config.store).await?;
     // The tier is reached now, so a Redis that is down is said at start; the gateway still
     // serves, from the store alone, until it is back.
@@ -81,7 +82,12 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     } else {
         tracing::info!(instance = %instance, boot = boot.holder.boot, "registered this boot");
     }
-    Ok(AppState::new(config, store, Some(boot.holder))?)
+    Ok(AppState::with_sources(
+        config,
+        sources,
+        store,
+        Some(boot.holder),
+    ))
 }
 
 /// Serves `listener` with a state from [`open`] (or built over a store of the caller's), until

@@ -74,6 +74,31 @@ impl std::ops::Deref for AppState {
     }
 }
 
+/// Every configured source with its verifier, built once from the configuration.
+#[derive(Debug)]
+pub struct Sources(HashMap<String, Source>);
+
+impl Sources {
+    /// Builds each source's TTL policy, verifier and forward target.
+    ///
+    /// # Errors
+    /// A [`config::ConfigError`] naming the source and the key that cannot work.
+    pub fn build(config: &Config) -> Result<Self, config::ConfigError> {
+        let mut sources = HashMap::new();
+        for (i, sc) in config.sources.iter().enumerate() {
+            let source = build_source(i, sc)?;
+            if source.needs_bearer() && config.api_tokens.is_empty() {
+                return Err(sc.invalid(
+                    "provider",
+                    "\"none\" needs api_tokens: its senders authenticate with a bearer token",
+                ));
+            }
+            sources.insert(sc.name.clone(), source);
+        }
+        Ok(Self(sources))
+    }
+}
+
 impl AppState {
     /// Builds the state from a validated config and an open store.
     ///
@@ -87,17 +112,22 @@ impl AppState {
         store: AnyStore,
         holder: Option<Holder>,
     ) -> Result<Self, config::ConfigError> {
-        let mut sources = HashMap::new();
-        for (i, sc) in config.sources.iter().enumerate() {
-            let source = build_source(i, sc)?;
-            if source.needs_bearer() && config.api_tokens.is_empty() {
-                return Err(sc.invalid(
-                    "provider",
-                    "\"none\" needs api_tokens: its senders authenticate with a bearer token",
-                ));
-            }
-            sources.insert(sc.name.clone(), source);
-        }
+        Ok(Self::with_sources(
+            config,
+            Sources::build(config)?,
+            store,
+            holder,
+        ))
+    }
+
+    /// Builds the state from sources built once by [`Sources::build`].
+    pub fn with_sources(
+        config: &Config,
+        sources: Sources,
+        store: AnyStore,
+        holder: Option<Holder>,
+    ) -> Self {
+        let sources = sources.0;
         let metrics = Arc::new(Metrics::default());
         let mut dedup = Dedup::builder(store.clone()).on_claim({
             let metrics = metrics.clone();
@@ -106,7 +136,7 @@ impl AppState {
         if let Some(holder) = holder {
             dedup = dedup.holder(holder);
         }
-        Ok(Self(Arc::new(Inner {
+        Self(Arc::new(Inner {
             sources,
             dedup: dedup.build(),
             store,
@@ -116,7 +146,7 @@ impl AppState {
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             client: forward::client(),
             rows: Mutex::default(),
-        })))
+        }))
     }
 
     /// The configured source named `name`.
