@@ -17,7 +17,8 @@
 //!
 //! A taken item is fenced by its id and attempt number: [`Inbox::take`] increments the attempt,
 //! so a dispatcher whose lease lapsed and whose item was taken again gets
-//! [`StoreError::StaleToken`] from `delivered`, `retry_later` and `dead_letter`.
+//! [`StoreError::StaleToken`] from `delivered`, `retry_later` and `dead_letter`. As with claims, a
+//! dispatcher whose lease lapsed may still report while nobody took the item again.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -57,13 +58,17 @@ pub struct Taken {
     pub tries: u32,
 }
 
-/// One taken attempt of one queue item: the item's id and the attempt number `take` gave it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// One taken attempt of one queue item: the item's id and the attempt number `take` gave it,
+/// and its event (so that a report on an item already gone can still say which event it was
+/// about, in [`StoreError::StaleToken`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ItemRef {
     /// The item's id, unique in its store.
     pub id: i64,
     /// The attempt, from 1; it grows with every take, replays included.
     pub attempt: u32,
+    /// The item's event.
+    pub key: Key,
 }
 
 /// One delivery attempt, as a dead letter keeps it.
@@ -154,8 +159,9 @@ pub trait Inbox: Send + Sync {
     /// in one step.
     ///
     /// # Errors
-    /// [`StoreError::StaleToken`] when `item` is no longer this attempt (taken again, replayed,
-    /// gone); [`StoreError::Backend`].
+    /// [`StoreError::StaleToken`] when `item` is no longer this attempt (taken again, reported
+    /// already, freed by its holder's next boot, replayed, gone); [`StoreError::Backend`]. A
+    /// lapsed lease alone is not stale: the report is taken while nobody took the item again.
     fn delivered(&self, item: ItemRef) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The attempt failed: logs it and makes the item due again `delay` from now (the store's

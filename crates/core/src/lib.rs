@@ -19,7 +19,9 @@
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
 //!   [`HistoryQuery`], [`Identity`] (which store this is) and [`Instances`] (freeing the claims
 //!   of a restarted gateway's earlier boots).
-//! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock.
+//! - [`inbox`]: the [`inbox::Inbox`] trait: deliveries claimed and queued in one step, then
+//!   taken under a lease, retried, dead-lettered and replayed.
+//! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock (inbox included).
 //! - `testkit` (feature `testkit`): the conformance suite every store runs.
 
 pub mod advise;

@@ -1,7 +1,10 @@
 //! An in-memory store with an injectable clock: for tests, and for trying idemgate out.
 //!
 //! Nothing survives the process. Every operation holds one mutex, so each is atomic. Each store
-//! gets a random [`Identity`] when it is made; its clones share it.
+//! gets a random [`Identity`] when it is made; its clones share it. The [`crate::inbox::Inbox`]
+//! queue lives beside the records, under the same mutex (`memory/inbox.rs`).
+
+mod inbox;
 
 use crate::HistoryRetention;
 use std::collections::{BTreeMap, HashMap};
@@ -38,6 +41,10 @@ struct State {
     history_rows: u64,
     /// Each instance's latest boot and when it started.
     boots: HashMap<InstanceName, (u64, Timestamp)>,
+    /// The inbox queue: items by id (ids grow, so by id is oldest first), dead letters included.
+    items: BTreeMap<i64, inbox::Item>,
+    /// The last item id given out.
+    last_item: i64,
 }
 
 impl Default for MemoryStore {
@@ -115,23 +122,20 @@ impl State {
         self.history.entry(key.clone()).or_default().push(entry);
         self.history_rows += 1;
     }
-}
 
-impl ClaimStore for MemoryStore {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let now = self.clock.now();
-        let mut st = self.state();
-        let stored = st.records.get(&req.key);
-        let prior = if machine::needs_prior(&req, stored, now) {
-            st.history.get(&req.key).and_then(|h| Prior::of(h))
+    /// Decides `req` by [`machine::claim`] and applies its write and history row.
+    fn claim(&mut self, req: &ClaimRequest, now: Timestamp) -> ClaimOutcome {
+        let stored = self.records.get(&req.key);
+        let prior = if machine::needs_prior(req, stored, now) {
+            self.history.get(&req.key).and_then(|h| Prior::of(h))
         } else {
             None
         };
-        let step = machine::claim(&req, stored, now, machine::nonce(), prior);
+        let step = machine::claim(req, stored, now, machine::nonce(), prior);
         if let Some(rec) = step.write {
-            st.records.insert(req.key.clone(), rec);
+            self.records.insert(req.key.clone(), rec);
         }
-        st.append(
+        self.append(
             &req.key,
             HistoryEntry {
                 outcome: step.history,
@@ -143,7 +147,14 @@ impl ClaimStore for MemoryStore {
                 note: None,
             },
         );
-        Ok(step.outcome)
+        step.outcome
+    }
+}
+
+impl ClaimStore for MemoryStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let now = self.clock.now();
+        Ok(self.state().claim(&req, now))
     }
 
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
@@ -201,6 +212,7 @@ impl Instances for MemoryStore {
             .iter()
             .filter_map(|(k, r)| Some((k.clone(), machine::abandon(instance, boot, Some(r), now)?)))
             .collect();
+        st.free_items(instance, boot, now);
         for (key, rec) in &freed {
             let entry = HistoryEntry {
                 outcome: HistoryOutcome::Abandoned,

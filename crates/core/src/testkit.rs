@@ -8,6 +8,7 @@
 //! idemgate_core::conformance_tests!(harness());
 //! idemgate_core::sweep_conformance_tests!(harness());
 //! idemgate_core::instances_conformance_tests!(harness());
+//! idemgate_core::inbox_conformance_tests!(harness());
 //! ```
 //!
 //! Stores whose clock can be injected use [`ManualHarness`]; stores on a server's clock use
@@ -210,9 +211,45 @@ macro_rules! history_conformance_tests {
     };
 }
 
+/// Expands the inbox cases, for stores that implement [`crate::inbox::Inbox`] and
+/// [`Instances`].
+#[macro_export]
+macro_rules! inbox_conformance_tests {
+    ($make:expr) => {
+        $crate::inbox_conformance_tests!(@cases $make;
+            enqueue_then_duplicate,
+            enqueue_is_atomic,
+            take_leases_and_fences,
+            a_lapsed_lease_may_report_until_taken_again,
+            delivered_removes_and_completes,
+            retry_later_delays,
+            dead_letter_keeps_body_and_attempts,
+            replay_moves_back_with_fresh_budget,
+            purge_dead_letters_respects_retention,
+            stats_count_pending_in_flight_dead_and_oldest_age,
+            takes_are_per_source,
+            concurrent_takes_never_share_an_item,
+            boot_frees_items_of_earlier_boots,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if let Some(harness) = $make.await {
+                    $crate::testkit::cases::$case(&harness).await;
+                }
+            }
+        )*
+    };
+}
+
 /// The cases, one `async fn` each.
 pub mod cases {
     use super::*;
+
+    mod inbox;
+    pub use inbox::*;
 
     /// A lease long enough never to lapse during a case.
     const LONG_LEASE: Duration = Duration::from_secs(60);

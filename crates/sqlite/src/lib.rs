@@ -15,7 +15,10 @@
 //!   the store is embedded; injectable for tests).
 //! - The schema lives in `sql/`, versioned by `PRAGMA user_version`. Its `meta` table holds the
 //!   store's [`Identity`], created with the schema.
+//! - `inbox`: the [`idemgate_core::inbox::Inbox`] queue (`sql/0003_inbox.sql`); each of its
+//!   writes is one writer command, so one transaction, the enqueue's claim included.
 
+mod inbox;
 mod writer;
 
 use idemgate_core::HistoryRetention;
@@ -50,11 +53,12 @@ pub const DB_FILE: &str = "idemgate.db";
 const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0001_init.sql"),
     include_str!("../sql/0002_holders.sql"),
+    include_str!("../sql/0003_inbox.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
-const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint, processed \
-     FROM history WHERE source = ?1 AND event_id = ?2 ORDER BY id";
+const SELECT_HISTORY: &str = "SELECT outcome, attempt, received_at, gap_ms, fingerprint, processed, \
+     note FROM history WHERE source = ?1 AND event_id = ?2 ORDER BY id";
 
 /// How the store runs.
 #[derive(Debug, Clone)]
@@ -421,7 +425,7 @@ impl ClaimStore for SqliteStore {
                             .get::<_, Option<i64>>(3)?
                             .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
                         fingerprint: fingerprint_at(row, 4)?,
-                        note: None,
+                        note: row.get(6)?,
                     })
                 })
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record};
+use idemgate_core::inbox::{Failure, ItemRef, QueuedItem, ReplayFilter, Taken};
 use idemgate_core::machine::{self, FinishStep};
 use idemgate_core::store::{Boot, StoreError};
 use idemgate_core::{Clock, Fingerprint, Holder, InstanceName, Key, Prior, Timestamp};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::inbox::{self, TakeArgs};
 use crate::{read_record, record_at, sql};
 
 /// Counts of the writer's work, for metrics and for seeing group commit at work.
@@ -28,8 +30,8 @@ use crate::{read_record, record_at, sql};
 pub struct WriterStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Commands (claims, completes, releases, renewals, boots, sweep batches) in those
-    /// transactions.
+    /// Commands (claims, completes, releases, renewals, boots, sweep batches, inbox steps) in
+    /// those transactions.
     pub commands: u64,
     /// The most commands one transaction carried.
     pub largest_batch: u64,
@@ -72,6 +74,16 @@ pub(crate) enum Command {
     Sweep(NonZeroU32, Reply<u64>),
     /// Delete history older than the retention, in one bounded batch.
     PurgeHistory(Duration, NonZeroU32, Reply<u64>),
+    /// Claim (on receipt) and queue the item when the claim is won.
+    Enqueue(ClaimRequest, QueuedItem, Reply<ClaimOutcome>),
+    Take(TakeArgs, Reply<Vec<Taken>>),
+    Delivered(ItemRef, Reply<()>),
+    RetryLater(ItemRef, Failure, Duration, Reply<()>),
+    DeadLetter(ItemRef, Failure, Reply<()>),
+    /// Move dead letters back to the queue, with the reason.
+    Replay(ReplayFilter, String, Reply<u64>),
+    /// Delete dead letters older than the retention, in one bounded batch.
+    PurgeDeadLetters(Duration, NonZeroU32, Reply<u64>),
 }
 
 /// A command's answer, held until its transaction commits.
@@ -81,6 +93,7 @@ enum Answer {
     Count(Result<u64, StoreError>),
     Time(Result<Timestamp, StoreError>),
     Boot(Result<Boot, StoreError>),
+    Taken(Result<Vec<Taken>, StoreError>),
 }
 
 impl Answer {
@@ -93,6 +106,7 @@ impl Answer {
             Self::Count(r) => r.as_ref().err().is_some_and(backend),
             Self::Time(r) => r.as_ref().err().is_some_and(backend),
             Self::Boot(r) => r.as_ref().err().is_some_and(backend),
+            Self::Taken(r) => r.as_ref().err().is_some_and(backend),
         }
     }
 }
@@ -118,16 +132,20 @@ impl Command {
             ))
         }
         match self {
-            Command::Claim(_, tx) => drop(tx.send(pick(answer, |a| match a {
-                Answer::Claim(r) => Some(r),
-                _ => None,
-            }))),
-            Command::Complete(_, tx) | Command::Release(_, tx) => {
+            Command::Claim(_, tx) | Command::Enqueue(_, _, tx) => {
                 drop(tx.send(pick(answer, |a| match a {
-                    Answer::Unit(r) => Some(r),
+                    Answer::Claim(r) => Some(r),
                     _ => None,
                 })))
             }
+            Command::Complete(_, tx)
+            | Command::Release(_, tx)
+            | Command::Delivered(_, tx)
+            | Command::RetryLater(_, _, _, tx)
+            | Command::DeadLetter(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Unit(r) => Some(r),
+                _ => None,
+            }))),
             Command::Renew(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
                 Answer::Time(r) => Some(r),
                 _ => None,
@@ -136,12 +154,17 @@ impl Command {
                 Answer::Boot(r) => Some(r),
                 _ => None,
             }))),
-            Command::Sweep(_, tx) | Command::PurgeHistory(_, _, tx) => {
-                drop(tx.send(pick(answer, |a| match a {
-                    Answer::Count(r) => Some(r),
-                    _ => None,
-                })))
-            }
+            Command::Take(_, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Taken(r) => Some(r),
+                _ => None,
+            }))),
+            Command::Sweep(_, tx)
+            | Command::PurgeHistory(_, _, tx)
+            | Command::Replay(_, _, tx)
+            | Command::PurgeDeadLetters(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
+                Answer::Count(r) => Some(r),
+                _ => None,
+            }))),
         }
     }
 }
@@ -293,10 +316,25 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
                 .map(|n| n as u64)
                 .map_err(sql("cannot delete old history")),
         ),
+        Command::Enqueue(req, item, _) => Answer::Claim(inbox::enqueue(conn, req, item, now)),
+        Command::Take(args, _) => Answer::Taken(inbox::take(conn, args, now)),
+        Command::Delivered(item, _) => Answer::Unit(inbox::delivered(conn, item, now)),
+        Command::RetryLater(item, failure, delay, _) => {
+            Answer::Unit(inbox::retry_later(conn, item, failure, *delay, now))
+        }
+        Command::DeadLetter(item, failure, _) => {
+            Answer::Unit(inbox::dead_letter(conn, item, failure, now))
+        }
+        Command::Replay(filter, reason, _) => {
+            Answer::Count(inbox::replay(conn, filter, reason, now))
+        }
+        Command::PurgeDeadLetters(retention, batch, _) => {
+            Answer::Count(inbox::purge_dead_letters(conn, *retention, *batch, now))
+        }
     }
 }
 
-fn claim(
+pub(crate) fn claim(
     conn: &Connection,
     req: &ClaimRequest,
     now: Timestamp,
@@ -318,6 +356,7 @@ fn claim(
             attempt: step.attempt,
             gap_ms: step.gap.map(|g| g.as_millis() as i64),
             fingerprint: req.fingerprint.as_ref(),
+            note: None,
         };
         append_history(conn, &req.key, now, &row)?;
         Ok(step.outcome)
@@ -359,6 +398,7 @@ fn finish(
             attempt: Some(token.attempt),
             gap_ms: None,
             fingerprint: fingerprint.as_ref(),
+            note: None,
         };
         append_history(conn, &token.key, now, &row)?;
         Ok(true)
@@ -407,7 +447,8 @@ fn renew(
 }
 
 /// Registers a new boot of `instance` and ends the running leases its earlier boots hold, each
-/// with an `abandoned` history row, in the batch's transaction.
+/// claim's with an `abandoned` history row, each queue item's with none (its record is done), in
+/// the batch's transaction.
 fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Boot, StoreError> {
     let run = || -> rusqlite::Result<Boot> {
         let boot: i64 = conn
@@ -444,10 +485,12 @@ fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Bo
                 attempt: Some(rec.attempt),
                 gap_ms: None,
                 fingerprint: rec.fingerprint.as_ref(),
+                note: None,
             };
             append_history(conn, &key, now, &row)?;
             freed += 1;
         }
+        inbox::free_held(conn, instance, boot, now)?;
         Ok(Boot {
             holder: Holder {
                 instance: instance.clone(),
@@ -493,15 +536,16 @@ fn read_prior(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Prior>> {
 }
 
 /// One history row to append.
-struct Row<'a> {
-    outcome: HistoryOutcome,
-    processed: bool,
-    attempt: Option<u32>,
-    gap_ms: Option<i64>,
-    fingerprint: Option<&'a Fingerprint>,
+pub(crate) struct Row<'a> {
+    pub outcome: HistoryOutcome,
+    pub processed: bool,
+    pub attempt: Option<u32>,
+    pub gap_ms: Option<i64>,
+    pub fingerprint: Option<&'a Fingerprint>,
+    pub note: Option<&'a str>,
 }
 
-fn append_history(
+pub(crate) fn append_history(
     conn: &Connection,
     key: &Key,
     now: Timestamp,
@@ -517,6 +561,7 @@ fn append_history(
             now.as_millis(),
             row.gap_ms,
             row.fingerprint.map(|f| f.as_bytes().as_slice()),
+            row.note,
         ])
         .map(drop)
 }

@@ -1,9 +1,12 @@
 //! What the SQLite store keeps across reopening, and what it refuses.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
+use idemgate_core::inbox::{Failure, Inbox, QueuedItem, ReplayFilter};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key, StoreError,
+    ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key, SourceName,
+    StoreError,
 };
 use idemgate_sqlite::{DB_FILE, SqliteStore};
 
@@ -203,7 +206,7 @@ async fn a_schema_1_database_is_upgraded_in_place() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 2);
+    assert_eq!(v, 3);
 }
 
 /// A record state or history outcome this build does not know is an error naming it, never
@@ -238,4 +241,204 @@ async fn unknown_states_and_outcomes_are_errors() {
         .unwrap_err();
     let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(chain.contains("history outcome: teleported"), "{chain}");
+}
+
+fn item() -> QueuedItem {
+    QueuedItem {
+        body: b"{\"id\":\"evt_q\"}".to_vec(),
+        content_type: Some("application/json".into()),
+        headers: vec![("x-signature".into(), "v1=abc".into())],
+    }
+}
+
+fn count(dir: &std::path::Path, table: &str) -> i64 {
+    rusqlite::Connection::open(dir.join(DB_FILE))
+        .unwrap()
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+/// An acknowledged enqueue is on disk: after reopening, the event is a duplicate and its item
+/// is there to take, body and headers whole; a dead letter and a replay's note survive too.
+#[tokio::test]
+async fn an_answered_enqueue_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = SourceName::new("src").unwrap();
+    let one = NonZeroU32::new(1).unwrap();
+    {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let outcome = store.enqueue(req("evt_q"), item()).await.unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Claimed { .. }),
+            "{outcome:?}"
+        );
+        store.enqueue(req("evt_dead"), item()).await.unwrap();
+        let taken = store
+            .take(
+                &source,
+                NonZeroU32::new(2).unwrap(),
+                Duration::from_secs(60),
+                None,
+            )
+            .await
+            .unwrap();
+        let failure = Failure {
+            status: Some(503),
+            error: "downstream answered 503".into(),
+        };
+        store
+            .dead_letter(taken[1].item.clone(), &failure)
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert!(matches!(
+        store.enqueue(req("evt_q"), item()).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
+    let dead = store.dead_letters(None, one).await.unwrap();
+    assert_eq!((dead.len(), dead[0].attempts.len()), (1, 1), "{dead:?}");
+    assert_eq!(dead[0].queued, item());
+    // The first take's lease outlived the store: the item is due once the lease lapses (or the
+    // holder's next boot), not before.
+    assert!(
+        store
+            .take(&source, one, Duration::from_secs(60), None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .replay_dead_letters(&ReplayFilter::default(), "after the outage")
+            .await
+            .unwrap(),
+        1
+    );
+    drop(store);
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let view = store
+        .lookup(&Key::parse("src", "evt_dead").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        view.history.last().unwrap().note.as_deref(),
+        Some("after the outage")
+    );
+    let taken = store
+        .take(&source, one, Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    assert_eq!((taken[0].queued.clone(), taken[0].tries), (item(), 1));
+}
+
+/// The claim and the item are one transaction: when queueing the item fails, the claim is not
+/// kept either, and the sender's retry is a first receipt.
+#[tokio::test]
+async fn an_enqueue_that_cannot_queue_keeps_no_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON inbox_items
+             BEGIN SELECT RAISE(ABORT, 'the disk is full'); END;",
+        )
+        .unwrap();
+    }
+    let err = store.enqueue(req("evt_1"), item()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Backend { .. }), "{err}");
+    let view = store
+        .lookup(&Key::parse("src", "evt_1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((view.record, view.history.len()), (None, 0), "nothing kept");
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch("DROP TRIGGER refuse").unwrap();
+    }
+    assert!(matches!(
+        store.enqueue(req("evt_1"), item()).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+}
+
+/// A delivered or purged item takes its headers and attempts with it.
+#[tokio::test]
+async fn gone_items_leave_no_headers_or_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let source = SourceName::new("src").unwrap();
+    let lease = Duration::from_secs(60);
+    let failure = Failure {
+        status: None,
+        error: "timed out".into(),
+    };
+    for id in ["evt_1", "evt_2"] {
+        store.enqueue(req(id), item()).await.unwrap();
+    }
+    let taken = store
+        .take(&source, NonZeroU32::new(2).unwrap(), lease, None)
+        .await
+        .unwrap();
+    store
+        .retry_later(taken[0].item.clone(), &failure, Duration::ZERO)
+        .await
+        .unwrap();
+    store
+        .dead_letter(taken[1].item.clone(), &failure)
+        .await
+        .unwrap();
+    assert_eq!(count(dir.path(), "inbox_attempts"), 2);
+    let again = store
+        .take(&source, NonZeroU32::new(1).unwrap(), lease, None)
+        .await
+        .unwrap();
+    store.delivered(again[0].item.clone()).await.unwrap();
+    // Dead letters die by the store's clock, and the cutoff is strict: wait past it.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let purged = store
+        .purge_dead_letters(Duration::ZERO, NonZeroU32::new(10).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(purged, 1);
+    for table in ["inbox_items", "inbox_headers", "inbox_attempts"] {
+        assert_eq!(count(dir.path(), table), 0, "{table}");
+    }
+}
+
+/// A database at schema 2 (the previous release) is an older schema for tools that only read,
+/// and is migrated in place by `open`: its history reads back with no notes.
+#[tokio::test]
+async fn a_schema_2_database_is_older_and_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE);
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../sql/0001_init.sql"))
+            .unwrap();
+        conn.execute_batch(include_str!("../sql/0002_holders.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO history (source, event_id, outcome, processed, attempt, received_at) \
+                 VALUES ('src', 'evt_old', 'claimed', 1, 1, 1000);
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+    }
+    let err = SqliteStore::open_existing(dir.path(), Default::default()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::OlderSchema { found: 2, known: 3 }),
+        "{err}"
+    );
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let view = store
+        .lookup(&Key::parse("src", "evt_old").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(view.history.len(), 1);
+    assert_eq!(view.history[0].note, None);
+    assert!(store.inbox_stats().await.unwrap().is_empty());
+    drop(store);
+    assert!(SqliteStore::open_existing(dir.path(), Default::default()).is_ok());
 }

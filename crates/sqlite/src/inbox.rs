@@ -1,0 +1,545 @@
+//! The inbox queue (`sql/0003_inbox.sql`): every write is one writer command, so each
+//! [`Inbox`] step is one transaction (a savepoint of the batch's); reads run on reader
+//! connections.
+//!
+//! An enqueue is the claim of [`writer::claim`] (on receipt: the record is done at once) and,
+//! when the claim is won, the item, in the same command. A report (`delivered`, `retry_later`,
+//! `dead_letter`) is fenced by the item's id and attempt and by its being taken (`lease_until`
+//! set): a lapsed lease is still the reporter's while nobody took the item again. History rows:
+//! `completed` (processed) on delivery; `dead_lettered` and `replayed` (with the reason in
+//! `note`) not processed, as the event was never delivered. They never undo the enqueue's
+//! processed `claimed` row: late-duplicate detection reads only processed and `released` rows.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use idemgate_core::claim::{ClaimMode, ClaimOutcome, ClaimRequest, HistoryOutcome, Holder};
+use idemgate_core::inbox::{
+    AttemptLog, DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+};
+use idemgate_core::store::StoreError;
+use idemgate_core::{InstanceName, Key, SourceName, Timestamp};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::writer::{self, Command, Row};
+use crate::{SqliteStore, read_record, sql, unreadable};
+
+/// What [`Inbox::take`] asks the writer.
+#[derive(Debug)]
+pub(crate) struct TakeArgs {
+    pub source: SourceName,
+    pub limit: NonZeroU32,
+    pub lease: Duration,
+    pub holder: Option<Holder>,
+}
+
+/// The fence every report checks: this attempt of this item, still taken.
+const FENCE: &str = "id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL";
+
+fn stale(item: &ItemRef) -> StoreError {
+    StoreError::StaleToken {
+        key: item.key.clone(),
+        attempt: item.attempt,
+    }
+}
+
+fn key_at(row: &rusqlite::Row<'_>, source: usize, event_id: usize) -> rusqlite::Result<Key> {
+    let (s, e): (String, String) = (row.get(source)?, row.get(event_id)?);
+    Key::parse(&s, &e).map_err(|err| unreadable(source, "queue item key", err.to_string()))
+}
+
+pub(crate) fn enqueue(
+    conn: &Connection,
+    req: &ClaimRequest,
+    item: &QueuedItem,
+    now: Timestamp,
+) -> Result<ClaimOutcome, StoreError> {
+    let req = req.clone().mode(ClaimMode::OnReceipt);
+    let outcome = writer::claim(conn, &req, now)?;
+    if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+        // A failure here fails the command, and the writer rolls the claim back with it.
+        insert_item(conn, &req.key, item, now)
+            .map_err(|e| StoreError::backend(format!("cannot queue {}", req.key), e))?;
+    }
+    Ok(outcome)
+}
+
+fn insert_item(
+    conn: &Connection,
+    key: &Key,
+    item: &QueuedItem,
+    now: Timestamp,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO inbox_items (source, event_id, body, content_type, received_at, due_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![
+        key.source.as_str(),
+        key.event_id.as_str(),
+        item.body,
+        item.content_type,
+        now.as_millis(),
+    ])?;
+    let id = conn.last_insert_rowid();
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO inbox_headers (item_id, position, name, value) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (position, (name, value)) in item.headers.iter().enumerate() {
+        insert.execute(params![id, position as i64, name, value])?;
+    }
+    Ok(())
+}
+
+fn headers(conn: &Connection, id: i64) -> rusqlite::Result<Vec<(String, String)>> {
+    conn.prepare_cached(
+        "SELECT name, value FROM inbox_headers WHERE item_id = ?1 ORDER BY position",
+    )?
+    .query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?
+    .collect()
+}
+
+fn attempts(conn: &Connection, id: i64) -> rusqlite::Result<Vec<AttemptLog>> {
+    conn.prepare_cached(
+        "SELECT attempt, at, status, error FROM inbox_attempts WHERE item_id = ?1 \
+         ORDER BY attempt",
+    )?
+    .query_map(params![id], |r| {
+        Ok(AttemptLog {
+            attempt: r.get(0)?,
+            at: Timestamp::from_millis(r.get(1)?),
+            status: r.get(2)?,
+            error: r.get(3)?,
+        })
+    })?
+    .collect()
+}
+
+pub(crate) fn take(
+    conn: &Connection,
+    args: &TakeArgs,
+    now: Timestamp,
+) -> Result<Vec<Taken>, StoreError> {
+    let run = || -> rusqlite::Result<Vec<Taken>> {
+        let lease_until = now.plus(args.lease);
+        let mut rows = conn
+            .prepare_cached(include_str!("../sql/inbox_take.sql"))?
+            .query_map(
+                params![
+                    args.source.as_str(),
+                    now.as_millis(),
+                    args.limit.get(),
+                    lease_until.as_millis(),
+                    args.holder.as_ref().map(|h| h.instance.as_str()),
+                    // Bit for bit, like the claims' holder.
+                    args.holder.as_ref().map(|h| h.boot as i64),
+                ],
+                |r| {
+                    let id: i64 = r.get(0)?;
+                    let event_id: String = r.get(1)?;
+                    let key = Key::parse(args.source.as_str(), &event_id)
+                        .map_err(|e| unreadable(1, "queue item event id", e.to_string()))?;
+                    Ok((
+                        id,
+                        key,
+                        r.get::<_, Vec<u8>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        Timestamp::from_millis(r.get(4)?),
+                        r.get::<_, u32>(5)?,
+                        r.get::<_, u32>(6)?,
+                    ))
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.sort_unstable_by_key(|r| r.0);
+        rows.into_iter()
+            .map(
+                |(id, key, body, content_type, received_at, attempt, tries)| {
+                    Ok(Taken {
+                        item: ItemRef {
+                            id,
+                            attempt,
+                            key: key.clone(),
+                        },
+                        key,
+                        queued: QueuedItem {
+                            body,
+                            content_type,
+                            headers: headers(conn, id)?,
+                        },
+                        received_at,
+                        lease_until,
+                        tries,
+                    })
+                },
+            )
+            .collect()
+    };
+    run().map_err(|e| StoreError::backend(format!("cannot take items of {}", args.source), e))
+}
+
+/// Appends an inbox history row, with the record's fingerprint while it is stored.
+fn append(
+    conn: &Connection,
+    key: &Key,
+    outcome: HistoryOutcome,
+    attempt: u32,
+    now: Timestamp,
+    note: Option<&str>,
+) -> rusqlite::Result<()> {
+    let fingerprint = read_record(conn, key)?.and_then(|r| r.fingerprint);
+    let row = Row {
+        outcome,
+        processed: outcome == HistoryOutcome::Completed,
+        attempt: Some(attempt),
+        gap_ms: None,
+        fingerprint: fingerprint.as_ref(),
+        note,
+    };
+    writer::append_history(conn, key, now, &row)
+}
+
+fn log_attempt(
+    conn: &Connection,
+    item: &ItemRef,
+    failure: &Failure,
+    now: Timestamp,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO inbox_attempts (item_id, attempt, at, status, error) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        item.id,
+        item.attempt,
+        now.as_millis(),
+        failure.status,
+        failure.error
+    ])
+    .map(drop)
+}
+
+/// Runs a fenced report: `Ok(false)` from `run` means stale, and nothing was written.
+fn report(
+    item: &ItemRef,
+    what: &str,
+    run: impl FnOnce() -> rusqlite::Result<bool>,
+) -> Result<(), StoreError> {
+    match run() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(stale(item)),
+        Err(e) => Err(StoreError::backend(
+            format!("cannot {what} item {} of {}", item.id, item.key),
+            e,
+        )),
+    }
+}
+
+pub(crate) fn delivered(
+    conn: &Connection,
+    item: &ItemRef,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    report(item, "complete", || {
+        // The headers and attempts go with it (ON DELETE CASCADE).
+        let Some(key) = conn
+            .prepare_cached(&format!(
+                "DELETE FROM inbox_items WHERE {FENCE} RETURNING source, event_id"
+            ))?
+            .query_row(params![item.id, item.attempt], |r| key_at(r, 0, 1))
+            .optional()?
+        else {
+            return Ok(false);
+        };
+        append(
+            conn,
+            &key,
+            HistoryOutcome::Completed,
+            item.attempt,
+            now,
+            None,
+        )?;
+        Ok(true)
+    })
+}
+
+pub(crate) fn retry_later(
+    conn: &Connection,
+    item: &ItemRef,
+    failure: &Failure,
+    delay: Duration,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    report(item, "retry", || {
+        let updated = conn
+            .prepare_cached(&format!(
+                "UPDATE inbox_items SET due_at = ?3, lease_until = NULL, holder_instance = NULL, \
+                 holder_boot = NULL WHERE {FENCE}"
+            ))?
+            .execute(params![item.id, item.attempt, now.plus(delay).as_millis()])?;
+        if updated == 0 {
+            return Ok(false);
+        }
+        log_attempt(conn, item, failure, now)?;
+        Ok(true)
+    })
+}
+
+pub(crate) fn dead_letter(
+    conn: &Connection,
+    item: &ItemRef,
+    failure: &Failure,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    report(item, "dead-letter", || {
+        let Some(key) = conn
+            .prepare_cached(&format!(
+                "UPDATE inbox_items SET dead_at = ?3, lease_until = NULL, holder_instance = NULL, \
+                 holder_boot = NULL WHERE {FENCE} RETURNING source, event_id"
+            ))?
+            .query_row(params![item.id, item.attempt, now.as_millis()], |r| {
+                key_at(r, 0, 1)
+            })
+            .optional()?
+        else {
+            return Ok(false);
+        };
+        log_attempt(conn, item, failure, now)?;
+        append(
+            conn,
+            &key,
+            HistoryOutcome::DeadLettered,
+            item.attempt,
+            now,
+            None,
+        )?;
+        Ok(true)
+    })
+}
+
+pub(crate) fn replay(
+    conn: &Connection,
+    filter: &ReplayFilter,
+    reason: &str,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    let run = || -> rusqlite::Result<u64> {
+        let mut moved = conn
+            .prepare_cached(
+                "UPDATE inbox_items SET dead_at = NULL, due_at = ?1, tries = 0 \
+                 WHERE dead_at IS NOT NULL AND (?2 IS NULL OR source = ?2) \
+                   AND (?3 IS NULL OR dead_at >= ?3) \
+                 RETURNING id, source, event_id, attempt",
+            )?
+            .query_map(
+                params![
+                    now.as_millis(),
+                    filter.source.as_ref().map(SourceName::as_str),
+                    filter.since.map(|d| now.minus(d).as_millis()),
+                ],
+                |r| Ok((r.get::<_, i64>(0)?, key_at(r, 1, 2)?, r.get::<_, u32>(3)?)),
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        moved.sort_unstable_by_key(|m| m.0);
+        for (_, key, attempt) in &moved {
+            append(
+                conn,
+                key,
+                HistoryOutcome::Replayed,
+                *attempt,
+                now,
+                Some(reason),
+            )?;
+        }
+        Ok(moved.len() as u64)
+    };
+    run().map_err(sql("cannot replay dead letters"))
+}
+
+pub(crate) fn purge_dead_letters(
+    conn: &Connection,
+    retention: Duration,
+    batch: NonZeroU32,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    conn.prepare_cached(
+        "DELETE FROM inbox_items WHERE id IN ( \
+             SELECT id FROM inbox_items WHERE dead_at < ?1 ORDER BY dead_at LIMIT ?2)",
+    )
+    .and_then(|mut s| s.execute(params![now.minus(retention).as_millis(), batch.get()]))
+    .map(|n| n as u64)
+    .map_err(sql("cannot delete old dead letters"))
+}
+
+/// Ends the running leases that earlier boots (below `boot`) of `instance` hold on queue items,
+/// so they are due at once: in the boot's transaction. Reads the queue whole, as the claims'
+/// scan reads `dedup`: boots are rare.
+pub(crate) fn free_held(
+    conn: &Connection,
+    instance: &InstanceName,
+    boot: u64,
+    now: Timestamp,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE inbox_items SET lease_until = NULL \
+         WHERE holder_instance = ?1 AND holder_boot < ?2 AND dead_at IS NULL \
+           AND lease_until > ?3",
+    )?
+    .execute(params![instance.as_str(), boot as i64, now.as_millis()])
+}
+
+fn read_dead_letters(
+    conn: &Connection,
+    source: Option<&str>,
+    limit: NonZeroU32,
+) -> rusqlite::Result<Vec<DeadLetter>> {
+    // Two statements, so that one source's are found by inbox_by_source (an `?1 IS NULL OR`
+    // would scan the queue for them too).
+    let query = if source.is_some() {
+        "SELECT id, source, event_id, body, content_type, received_at, dead_at \
+         FROM inbox_items WHERE source = ?1 AND dead_at IS NOT NULL ORDER BY id LIMIT ?2"
+    } else {
+        "SELECT id, source, event_id, body, content_type, received_at, dead_at \
+         FROM inbox_items WHERE dead_at IS NOT NULL AND ?1 IS NULL ORDER BY id LIMIT ?2"
+    };
+    let rows = conn
+        .prepare_cached(query)?
+        .query_map(params![source, limit.get()], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                key_at(r, 1, 2)?,
+                r.get::<_, Vec<u8>>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                Timestamp::from_millis(r.get(5)?),
+                Timestamp::from_millis(r.get(6)?),
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(id, key, body, content_type, received_at, dead_at)| {
+            Ok(DeadLetter {
+                id,
+                key,
+                queued: QueuedItem {
+                    body,
+                    content_type,
+                    headers: headers(conn, id)?,
+                },
+                received_at,
+                dead_at,
+                attempts: attempts(conn, id)?,
+            })
+        })
+        .collect()
+}
+
+fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<Vec<InboxStats>> {
+    conn.prepare_cached(include_str!("../sql/inbox_stats.sql"))?
+        .query_map(params![now.as_millis()], |r| {
+            let source: String = r.get(0)?;
+            Ok(InboxStats {
+                source: SourceName::new(source.clone())
+                    .map_err(|_| unreadable(0, "queue item source", source))?,
+                pending: r.get::<_, i64>(1)? as u64,
+                in_flight: r.get::<_, i64>(2)? as u64,
+                dead: r.get::<_, i64>(3)? as u64,
+                oldest_pending: r
+                    .get::<_, Option<i64>>(4)?
+                    .map(|oldest| now.since(Timestamp::from_millis(oldest))),
+            })
+        })?
+        .collect()
+}
+
+impl Inbox for SqliteStore {
+    #[tracing::instrument(name = "sqlite_enqueue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.send(|reply| Command::Enqueue(req, item, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_take", level = "debug", skip_all, fields(source = %source, limit = limit.get()))]
+    async fn take(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+        lease: Duration,
+        holder: Option<&Holder>,
+    ) -> Result<Vec<Taken>, StoreError> {
+        let args = TakeArgs {
+            source: source.clone(),
+            limit,
+            lease,
+            holder: holder.cloned(),
+        };
+        self.send(|reply| Command::Take(args, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_delivered", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
+        self.send(|reply| Command::Delivered(item, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_retry_later", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn retry_later(
+        &self,
+        item: ItemRef,
+        failure: &Failure,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        let failure = failure.clone();
+        self.send(|reply| Command::RetryLater(item, failure, delay, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_dead_letter", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
+        let failure = failure.clone();
+        self.send(|reply| Command::DeadLetter(item, failure, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_dead_letters", level = "debug", skip_all, fields(source = source.map(SourceName::as_str)))]
+    async fn dead_letters(
+        &self,
+        source: Option<&SourceName>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let source = source.map(|s| s.as_str().to_owned());
+        self.read(move |conn, _| {
+            read_dead_letters(conn, source.as_deref(), limit)
+                .map_err(sql("cannot read dead letters"))
+        })
+        .await
+    }
+
+    #[tracing::instrument(name = "sqlite_replay_dead_letters", level = "debug", skip_all, fields(source = filter.source.as_ref().map(SourceName::as_str)))]
+    async fn replay_dead_letters(
+        &self,
+        filter: &ReplayFilter,
+        reason: &str,
+    ) -> Result<u64, StoreError> {
+        let (filter, reason) = (filter.clone(), reason.to_owned());
+        self.send(|reply| Command::Replay(filter, reason, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_purge_dead_letters", level = "debug", skip_all)]
+    async fn purge_dead_letters(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.send(|reply| Command::PurgeDeadLetters(retention, batch, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_inbox_stats", level = "debug", skip_all)]
+    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
+        self.read(move |conn, now| read_stats(conn, now).map_err(sql("cannot count the inbox")))
+            .await
+    }
+}
