@@ -12,6 +12,7 @@ macro_rules! outln {
 mod advise;
 mod check;
 mod data;
+mod inbox;
 mod plot;
 mod send;
 mod serve;
@@ -87,6 +88,13 @@ enum Command {
     /// Judge each source's TTL by its history: gaps between first receipt and each repeat, late
     /// duplicates, rows live and projected, and a recommended TTL with a verdict.
     Advise(advise::AdviseArgs),
+    /// Inbox mode: each source's queue: pending, in flight, dead, and the oldest pending age.
+    Inbox(inbox::InboxArgs),
+    /// Inbox mode: list the dead letters (id, attempts, last error, age).
+    DeadLetters(inbox::InboxArgs),
+    /// Inbox mode: move dead letters back to the queue with a fresh attempt budget, each
+    /// recorded in history with its reason.
+    Replay(inbox::ReplayArgs),
     /// Show the dedup record and the history of one event.
     Lookup {
         #[command(flatten)]
@@ -149,7 +157,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; expected a number and a unit, such as 90s, 10m, 4h or 3d"))
 }
 
-fn parse_source(text: &str) -> Result<SourceName, String> {
+pub(crate) fn parse_source(text: &str) -> Result<SourceName, String> {
     SourceName::new(text).map_err(|e| e.to_string())
 }
 
@@ -252,6 +260,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         dry_run,
                     } => data::sweep(&store, batch, pause, dry_run).await,
                     Command::Stats { store, json } => data::stats(&store, json).await,
+                    Command::Inbox(args) => inbox::inbox(&args).await,
+                    Command::DeadLetters(args) => inbox::dead_letters(&args).await,
+                    Command::Replay(args) => inbox::replay(&args).await,
                     Command::Lookup {
                         store,
                         source,

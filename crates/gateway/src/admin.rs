@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
+use crate::config::Mode;
 use crate::error::{ErrorChain, Problem};
 use crate::metrics::{self, Scrape};
 use crate::outcome::Outcome;
@@ -41,6 +42,37 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             error: tier.as_ref().err().cloned(),
         });
     }
+    // Inbox mode: a queue whose oldest item is older than its source's queue_lag is lagging,
+    // since the TTL no longer covers the sender's retries past that.
+    let mut lagging = false;
+    if store.is_ok() && state.sources.values().any(|s| s.mode == Mode::Inbox) {
+        let started = Instant::now();
+        let stats = state.inbox_stats().await;
+        let late: Vec<String> = stats
+            .iter()
+            .filter_map(|s| {
+                let src = state.sources.get(s.source.as_str())?;
+                let lag = s.oldest_pending?;
+                let margin = src.policy.ttl.contract.queue_lag;
+                (lag > margin).then(|| {
+                    format!(
+                        "{}: oldest item {} old, past its queue_lag of {}",
+                        s.source,
+                        idemgate_core::Human(lag),
+                        idemgate_core::Human(margin)
+                    )
+                })
+            })
+            .collect();
+        lagging = !late.is_empty();
+        components.push(Component {
+            name: "inbox",
+            engine: None,
+            status: if lagging { "lagging" } else { "ok" },
+            ms: millis(started.elapsed()),
+            error: lagging.then(|| late.join("; ")),
+        });
+    }
     if let Err(e) = &store {
         tracing::error!(error = %ErrorChain(e), "health check: the store does not answer");
         let mut problem = Problem::new(
@@ -55,7 +87,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     }
-    let degraded = tier.as_ref().is_some_and(|t| t.is_err());
+    let degraded = tier.as_ref().is_some_and(|t| t.is_err()) || lagging;
     let (status, outcome) = if degraded {
         ("degraded", Outcome::Degraded)
     } else {
@@ -101,6 +133,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let scrape = Scrape {
         rows: state.row_counts().await,
         tier: state.tier_counts(),
+        inbox: state.inbox_stats().await,
     };
     let mut response = state.metrics.render(scrape).into_response();
     response.headers_mut().insert(
@@ -162,6 +195,31 @@ pub(crate) fn spawn_history_retention(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "history retention run"
                 );
+            }
+            // Dead letters past the longest `dispatch.dead_letter_retention` of the inbox
+            // sources (one source's letters are never dropped before their time).
+            let dead_retention = state
+                .sources
+                .values()
+                .filter(|s| s.mode == Mode::Inbox)
+                .map(|s| s.dispatch.dead_letter_retention)
+                .max();
+            if let Some(retention) = dead_retention {
+                use idemgate_core::inbox::Inbox;
+                let mut dead = 0u64;
+                loop {
+                    match state.store.purge_dead_letters(retention, BATCH).await {
+                        Ok(0) => break,
+                        Ok(n) => dead += n,
+                        Err(e) => {
+                            tracing::warn!(error = %ErrorChain(&e), "dead-letter retention run failed");
+                            break;
+                        }
+                    }
+                }
+                if dead > 0 {
+                    tracing::info!(dead, "dead letters past their retention removed");
+                }
             }
             tokio::select! {
                 () = cancel.cancelled() => break,

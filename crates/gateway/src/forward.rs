@@ -23,12 +23,47 @@ pub(crate) fn client() -> Client {
 /// How a forward failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The downstream answered with a status other than 2xx.
-    Status(u16),
+    /// The downstream answered with a status other than 2xx (and maybe when to come back).
+    Status {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     /// No answer: connection refused, reset, or a malformed response.
     Unreachable(String),
-    /// No answer within the source's `forward_timeout`.
-    Timeout,
+    /// No answer within the timeout.
+    Timeout(Duration),
+}
+
+impl Failure {
+    /// The downstream's status, when it answered.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            Self::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The downstream's `Retry-After`, in seconds, when it sent one.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Status { status, .. } => write!(f, "the downstream answered {status}"),
+            Self::Unreachable(why) => write!(f, "the downstream is unreachable: {why}"),
+            Self::Timeout(t) => write!(
+                f,
+                "the downstream did not answer within {}",
+                idemgate_core::Human(*t)
+            ),
+        }
+    }
 }
 
 /// What the downstream receives besides the body.
@@ -64,15 +99,24 @@ pub(crate) async fn forward(
             .await
             .map_err(|e| Failure::Unreachable(crate::error::ErrorChain(&e).to_string()))?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         // Read the answer to the end so the connection can be reused.
         let _ = response.into_body().collect().await;
         if status.is_success() {
             Ok(status.as_u16())
         } else {
-            Err(Failure::Status(status.as_u16()))
+            Err(Failure::Status {
+                status: status.as_u16(),
+                retry_after,
+            })
         }
     };
     tokio::time::timeout(timeout, exchange)
         .await
-        .unwrap_or(Err(Failure::Timeout))
+        .unwrap_or(Err(Failure::Timeout(timeout)))
 }

@@ -15,18 +15,19 @@ use std::time::SystemTime;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemgate::{Claimed, Once, ProcessError};
-use idemgate_core::{Fingerprint, Key};
+use idemgate_core::inbox::QueuedItem;
+use idemgate_core::{ClaimOutcome, Fingerprint, Key};
 use idemgate_providers::{
     GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigError, OnConflict, SourceConfig};
+use crate::config::{ConfigError, Mode, OnConflict, SourceConfig};
 use crate::error::{AppError, ErrorChain};
 use crate::forward::{self, Delivery, Failure};
 use crate::outcome::Outcome;
@@ -79,9 +80,12 @@ async fn receive(
     tracing::Span::current().record("event_id", verified.event_id.as_str());
     let key = Key::new(src.name.clone(), verified.event_id);
     let claim = src.claim_request(key).fingerprint(fingerprint);
+    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    if src.mode == Mode::Inbox {
+        return queue(state, src, claim, body, content_type).await;
+    }
     // One caller of `process_once`: forward (or just accept) under the claim; a 2xx completes
     // it, anything else releases it so the sender's retry is processed.
-    let content_type = headers.get(header::CONTENT_TYPE).cloned();
     let once = state
         .dedup
         .process_once(claim, |claimed: Claimed| async move {
@@ -139,15 +143,56 @@ async fn receive(
         },
         Err(ProcessError::Store(e)) => Err(e.into()),
         Err(ProcessError::Failed(failure)) => Err(match failure {
-            Failure::Status(status) => AppError::ForwardFailed { status },
+            Failure::Status { status, .. } => AppError::ForwardFailed { status },
             Failure::Unreachable(why) => {
                 tracing::warn!(source = %src.name, error = %why, "downstream unreachable");
                 AppError::ForwardUnreachable
             }
-            Failure::Timeout => AppError::ForwardTimeout {
+            Failure::Timeout(_) => AppError::ForwardTimeout {
                 timeout: src.forward_timeout,
             },
         }),
+    }
+}
+
+/// Inbox mode: the claim and the queue item in one step, then 202; every later delivery of the
+/// event is a duplicate, whatever became of its dispatch.
+async fn queue(
+    state: &AppState,
+    src: &Source,
+    claim: idemgate_core::ClaimRequest,
+    body: Bytes,
+    content_type: Option<HeaderValue>,
+) -> Result<Response, AppError> {
+    let item = QueuedItem {
+        body: body.to_vec(),
+        content_type: content_type
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        headers: Vec::new(),
+    };
+    match state.enqueue(claim, item).await? {
+        ClaimOutcome::Claimed { token, .. } => {
+            let body = Answer {
+                outcome: Some(Outcome::Queued),
+                attempt: Some(token.attempt),
+                ..Answer::default()
+            };
+            Ok(Outcome::Queued.on((StatusCode::ACCEPTED, axum::Json(body)).into_response()))
+        }
+        ClaimOutcome::Duplicate { first_seen, .. } => {
+            Ok(answer(Outcome::Duplicate, Answer::first_seen(first_seen)))
+        }
+        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(answer(
+            Outcome::LateDuplicate,
+            Answer::first_seen(first_seen),
+        )),
+        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
+        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
+            OnConflict::Duplicate => Ok(answer(Outcome::Conflict, Answer::first_seen(first_seen))),
+            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
+        },
     }
 }
 

@@ -54,6 +54,28 @@ pub struct Metrics {
     sweeper_failures: Counter,
     connections_open: Gauge,
     connections_refused: Counter,
+    dispatch_duration: Family<BySource, Histogram, fn() -> Histogram>,
+    dispatches: Family<Dispatched, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Dispatched {
+    source: String,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: String,
+}
+
+/// Upper bounds of the dispatch latency histogram, in seconds (a downstream may be slow).
+const DISPATCH_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn dispatch_histogram() -> Histogram {
+    Histogram::new(DISPATCH_BUCKETS)
 }
 
 impl Default for Metrics {
@@ -66,8 +88,24 @@ impl Default for Metrics {
         let sweeper_failures = Counter::default();
         let connections_open = Gauge::default();
         let connections_refused = Counter::default();
+        let dispatch_duration =
+            Family::<BySource, Histogram, fn() -> Histogram>::new_with_constructor(
+                dispatch_histogram as fn() -> Histogram,
+            );
+        let dispatches = Family::<Dispatched, Counter>::default();
 
         let mut registry = Registry::default();
+        registry.register_with_unit(
+            "idemgate_dispatch_duration",
+            "Inbox mode: time one delivery from the queue took, by source",
+            Unit::Seconds,
+            dispatch_duration.clone(),
+        );
+        registry.register(
+            "idemgate_dispatches",
+            "Inbox mode: deliveries from the queue by source and result (delivered, retry, dead_lettered)",
+            dispatches.clone(),
+        );
         registry.register(
             "idemgate_deliveries",
             "Deliveries and API claims by source and outcome",
@@ -119,6 +157,8 @@ impl Default for Metrics {
             sweeper_failures,
             connections_open,
             connections_refused,
+            dispatch_duration,
+            dispatches,
         }
     }
 }
@@ -150,10 +190,12 @@ pub struct TierCounts {
 }
 
 /// What the store reported at this scrape; `None` where it could not tell.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Scrape {
     pub rows: Option<RowCounts>,
     pub tier: Option<TierCounts>,
+    /// Each inbox source's queue (inbox mode).
+    pub inbox: Vec<idemgate_core::inbox::InboxStats>,
 }
 
 impl Metrics {
@@ -181,6 +223,33 @@ impl Metrics {
     /// Records how long one claim took in the store.
     pub fn claim_latency(&self, d: Duration) {
         self.claim_duration.observe(d.as_secs_f64());
+    }
+
+    /// Inbox mode: how long one delivery from the queue took.
+    pub fn dispatch_latency(&self, source: &str, d: Duration) {
+        self.dispatch_duration
+            .get_or_create(&by_source(source))
+            .observe(d.as_secs_f64());
+    }
+
+    /// Inbox mode: counts one delivery from the queue by its result.
+    pub fn dispatched(&self, source: &str, result: &'static str) {
+        self.dispatches
+            .get_or_create(&Dispatched {
+                source: source.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Inbox mode: how many deliveries of `source` had `result` (for tests and logs).
+    pub fn dispatches(&self, source: &str, result: &'static str) -> u64 {
+        self.dispatches
+            .get_or_create(&Dispatched {
+                source: source.to_owned(),
+                result,
+            })
+            .get()
     }
 
     /// Counts a connection being served until the guard is dropped.
@@ -245,6 +314,39 @@ impl Metrics {
                 family,
             );
         }
+        if !scrape.inbox.is_empty() {
+            let pending = Family::<SourceLabel, Gauge>::default();
+            let in_flight = Family::<SourceLabel, Gauge>::default();
+            let dead = Family::<SourceLabel, Gauge>::default();
+            let oldest = Family::<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+            for s in &scrape.inbox {
+                let label = SourceLabel {
+                    source: s.source.as_str().to_owned(),
+                };
+                pending.get_or_create(&label).set(saturating(s.pending));
+                in_flight.get_or_create(&label).set(saturating(s.in_flight));
+                dead.get_or_create(&label).set(saturating(s.dead));
+                oldest
+                    .get_or_create(&label)
+                    .set(s.oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+            }
+            read.register(
+                "idemgate_inbox_pending",
+                "Inbox mode: queued items not taken",
+                pending,
+            );
+            read.register(
+                "idemgate_inbox_in_flight",
+                "Inbox mode: items being delivered",
+                in_flight,
+            );
+            read.register("idemgate_inbox_dead", "Inbox mode: dead letters", dead);
+            read.register(
+                "idemgate_inbox_oldest_pending_seconds",
+                "Inbox mode: age of the oldest item not yet delivered (the queue lag)",
+                oldest,
+            );
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode_registry(&mut out, &self.registry)
@@ -262,8 +364,12 @@ fn by_source(source: &str) -> BySource {
 
 fn gauge(value: u64) -> Gauge {
     let gauge = Gauge::default();
-    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    gauge.set(saturating(value));
     gauge
+}
+
+fn saturating(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -281,6 +387,7 @@ mod tests {
         m.sweep_run(None);
         let open = m.connection_opened();
         let text = m.render(Scrape {
+            inbox: Vec::new(),
             rows: Some(RowCounts {
                 live: 7,
                 expired: 2,

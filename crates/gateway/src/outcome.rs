@@ -40,6 +40,8 @@ outcomes! {
     Forwarded => "forwarded",
     /// Claimed and acknowledged (a source without a `forward_url`).
     Accepted => "accepted",
+    /// Inbox mode: claimed and queued in one transaction (202); the dispatcher delivers it.
+    Queued => "queued",
     /// Slack's signed URL verification, answered with its challenge.
     Challenge => "challenge",
     /// Processed before, within the TTL: nothing forwarded.

@@ -114,7 +114,15 @@ pub async fn serve(
         config.store.history_interval,
         cancel.clone(),
     );
+    let dispatching = CancellationToken::new();
+    let dispatchers = crate::dispatch::spawn(&state, &dispatching);
     let result = accept_loop(listener, app(state.clone()), &state, shutdown).await;
+    // The inbox: stop taking, let deliveries in flight finish within the grace; the rest stays
+    // queued.
+    dispatching.cancel();
+    for d in dispatchers {
+        let _ = d.await;
+    }
     // Claims of requests dropped above, and completions the store did not take at once, are
     // finished by background retries: give them a bounded time.
     let pending = state.dedup.finisher().pending();

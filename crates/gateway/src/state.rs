@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use idemgate::{AnyStore, Dedup};
 use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName, StoreError,
+    ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName, StoreError,
 };
 use idemgate_providers::Verifier;
 
-use crate::config::{self, Config, Limits, OnConflict, SourceConfig, SourcePolicy};
+use crate::config::{self, Config, Dispatch, Limits, Mode, OnConflict, SourceConfig, SourcePolicy};
 use crate::error::{self, AppError};
 use crate::forward;
 use crate::metrics::{Metrics, RowCounts, TierCounts};
@@ -27,7 +27,9 @@ pub struct Source {
     /// Where deliveries go; `None` acknowledges a delivery once claimed.
     pub forward_url: Option<hyper::Uri>,
     pub forward_timeout: Duration,
-    pub mode: ClaimMode,
+    pub mode: Mode,
+    /// `[source.dispatch]` (inbox mode).
+    pub dispatch: Dispatch,
     pub on_conflict: OnConflict,
     pub late_duplicates: LateDuplicates,
 }
@@ -41,7 +43,7 @@ impl Source {
     /// A claim of `key` under this source's TTL, lease and mode.
     pub fn claim_request(&self, key: Key) -> ClaimRequest {
         ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
-            .mode(self.mode)
+            .mode(self.mode.claim_mode())
             .late_duplicates(self.late_duplicates)
     }
 }
@@ -65,6 +67,10 @@ pub struct Inner {
     pub(crate) client: forward::Client,
     /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
     rows: Mutex<Option<(Instant, RowCounts)>>,
+    /// This process's instance and boot, recorded with the claims and queue items it holds.
+    pub(crate) holder: Option<Holder>,
+    /// Wakes the inbox dispatchers when a delivery was queued.
+    pub(crate) inbox_wakeup: tokio::sync::Notify,
 }
 
 impl std::ops::Deref for AppState {
@@ -133,10 +139,12 @@ impl AppState {
             let metrics = metrics.clone();
             move |req, result, took| observe_claim(&metrics, req, result, took)
         });
-        if let Some(holder) = holder {
-            dedup = dedup.holder(holder);
+        if let Some(holder) = &holder {
+            dedup = dedup.holder(holder.clone());
         }
         Self(Arc::new(Inner {
+            holder,
+            inbox_wakeup: tokio::sync::Notify::new(),
             sources,
             dedup: dedup.build(),
             store,
@@ -200,6 +208,27 @@ impl AppState {
         Ok(self.dedup.claim(req).await?)
     }
 
+    /// Inbox mode: claims `req` and queues `item` in one step (counted and logged as claims
+    /// are), and wakes the dispatchers when it was queued.
+    ///
+    /// # Errors
+    /// [`AppError::Store`]; nothing was written.
+    pub async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: idemgate_core::inbox::QueuedItem,
+    ) -> Result<ClaimOutcome, AppError> {
+        use idemgate_core::inbox::Inbox;
+        let started = Instant::now();
+        let result = self.store.enqueue(req.clone(), item).await;
+        observe_claim(&self.metrics, &req, result.as_ref(), started.elapsed());
+        let outcome = result?;
+        if matches!(outcome, ClaimOutcome::Claimed { .. }) {
+            self.inbox_wakeup.notify_waiters();
+        }
+        Ok(outcome)
+    }
+
     /// Logs and counts a finished request by its outcome: the one place each outcome is
     /// emitted (the guard layer calls it), so the log line and the metric cannot drift.
     pub(crate) fn record(&self, source: &str, outcome: Outcome, status: axum::http::StatusCode) {
@@ -236,6 +265,22 @@ impl AppState {
             Err(e) => {
                 tracing::warn!(error = %error::ErrorChain(&e), "cannot count rows for /metrics");
                 None
+            }
+        }
+    }
+
+    /// Inbox mode: each inbox source's queue, by the store's clock (empty without inbox sources,
+    /// or when the store cannot tell: the reason is logged).
+    pub(crate) async fn inbox_stats(&self) -> Vec<idemgate_core::inbox::InboxStats> {
+        use idemgate_core::inbox::Inbox;
+        if !self.sources.values().any(|s| s.mode == Mode::Inbox) {
+            return Vec::new();
+        }
+        match self.store.inbox_stats().await {
+            Ok(stats) => stats,
+            Err(e) => {
+                tracing::warn!(error = %error::ErrorChain(&e), "cannot read the inbox for /metrics");
+                Vec::new()
             }
         }
     }
@@ -304,6 +349,7 @@ fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::Confi
         verifier,
         forward_timeout: sc.forward_timeout,
         mode: sc.mode,
+        dispatch: sc.dispatch.clone(),
         on_conflict: sc.on_conflict,
         late_duplicates: sc.late_duplicates,
     })

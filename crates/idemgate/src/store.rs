@@ -8,12 +8,16 @@ use std::time::Duration;
 
 use idemgate_core::HistoryRetention;
 use idemgate_core::advise::Observation;
+use idemgate_core::inbox::{
+    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+};
 use idemgate_core::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
 };
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimToken, EventView, InstanceName, Key, MemoryStore, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder, InstanceName, Key, MemoryStore,
+    SourceName, Timestamp,
 };
 
 #[cfg_attr(
@@ -624,5 +628,223 @@ fn redis_config_error(e: idemgate_redis::ConfigError) -> OpenError {
     OpenError::Config {
         key: e.key(),
         why: e.problem(),
+    }
+}
+
+/// Inbox mode's queue on whichever engine this is; the Redis store keeps none (an inbox source
+/// on it is refused at start: its queue must be written in the claim's transaction).
+impl Inbox for Engine {
+    async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+    ) -> Result<ClaimOutcome, StoreError> {
+        match self {
+            Self::Memory(s) => s.enqueue(req, item).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.enqueue(req, item).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.enqueue(req, item).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
+    async fn take(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+        lease: Duration,
+        holder: Option<&Holder>,
+    ) -> Result<Vec<Taken>, StoreError> {
+        match self {
+            Self::Memory(s) => s.take(source, limit, lease, holder).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.take(source, limit, lease, holder).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.take(source, limit, lease, holder).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
+    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.delivered(item).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.delivered(item).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.delivered(item).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
+    async fn retry_later(
+        &self,
+        item: ItemRef,
+        failure: &Failure,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.retry_later(item, failure, delay).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.retry_later(item, failure, delay).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.retry_later(item, failure, delay).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
+    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.dead_letter(item, failure).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.dead_letter(item, failure).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.dead_letter(item, failure).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
+    async fn dead_letters(
+        &self,
+        source: Option<&SourceName>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        match self {
+            Self::Memory(s) => s.dead_letters(source, limit).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.dead_letters(source, limit).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.dead_letters(source, limit).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(Vec::new()),
+        }
+    }
+    async fn replay_dead_letters(
+        &self,
+        filter: &ReplayFilter,
+        reason: &str,
+    ) -> Result<u64, StoreError> {
+        match self {
+            Self::Memory(s) => s.replay_dead_letters(filter, reason).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.replay_dead_letters(filter, reason).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.replay_dead_letters(filter, reason).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(0),
+        }
+    }
+    async fn purge_dead_letters(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        match self {
+            Self::Memory(s) => s.purge_dead_letters(retention, batch).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.purge_dead_letters(retention, batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.purge_dead_letters(retention, batch).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(0),
+        }
+    }
+    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
+        match self {
+            Self::Memory(s) => s.inbox_stats().await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.inbox_stats().await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.inbox_stats().await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The Redis store's answer to an inbox operation.
+#[cfg(feature = "redis")]
+fn no_inbox() -> StoreError {
+    StoreError::backend(
+        "inbox mode",
+        "the Redis store keeps no inbox: inbox sources need store.kind = \"sqlite\" or \"postgres\"",
+    )
+}
+
+/// The inbox is the store of record's: behind a Redis tier, every call goes to the engine (the
+/// tier caches claims, not queues).
+impl Inbox for AnyStore {
+    async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.engine_of_record().enqueue(req, item).await
+    }
+    async fn take(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+        lease: Duration,
+        holder: Option<&Holder>,
+    ) -> Result<Vec<Taken>, StoreError> {
+        self.engine_of_record()
+            .take(source, limit, lease, holder)
+            .await
+    }
+    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
+        self.engine_of_record().delivered(item).await
+    }
+    async fn retry_later(
+        &self,
+        item: ItemRef,
+        failure: &Failure,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        self.engine_of_record()
+            .retry_later(item, failure, delay)
+            .await
+    }
+    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
+        self.engine_of_record().dead_letter(item, failure).await
+    }
+    async fn dead_letters(
+        &self,
+        source: Option<&SourceName>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.engine_of_record().dead_letters(source, limit).await
+    }
+    async fn replay_dead_letters(
+        &self,
+        filter: &ReplayFilter,
+        reason: &str,
+    ) -> Result<u64, StoreError> {
+        self.engine_of_record()
+            .replay_dead_letters(filter, reason)
+            .await
+    }
+    async fn purge_dead_letters(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.engine_of_record()
+            .purge_dead_letters(retention, batch)
+            .await
+    }
+    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
+        self.engine_of_record().inbox_stats().await
+    }
+}
+
+impl AnyStore {
+    /// The engine beneath any tier: the store of record.
+    fn engine_of_record(&self) -> &Engine {
+        match self {
+            Self::Plain(e) => e,
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => t.inner(),
+        }
     }
 }

@@ -171,6 +171,78 @@ pub enum OnConflict {
     Reject,
 }
 
+/// When a delivery counts as processed, and who delivers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Forward while the sender waits; the downstream's 2xx completes the claim.
+    #[default]
+    OnSuccess,
+    /// The claim itself marks the event processed.
+    OnReceipt,
+    /// Claim and queue in one transaction, answer 202; the dispatcher delivers from the queue.
+    Inbox,
+}
+
+impl Mode {
+    /// The store's claim mode: an inbox claim is done at once, like `on_receipt`.
+    pub fn claim_mode(self) -> ClaimMode {
+        match self {
+            Self::OnSuccess => ClaimMode::OnSuccess,
+            Self::OnReceipt | Self::Inbox => ClaimMode::OnReceipt,
+        }
+    }
+
+    /// The mode as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OnSuccess => "on_success",
+            Self::OnReceipt => "on_receipt",
+            Self::Inbox => "inbox",
+        }
+    }
+}
+
+/// `[source.dispatch]`: delivering an inbox source's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Dispatch {
+    /// Deliveries in flight at once, per gateway. Default 4.
+    pub concurrency: std::num::NonZeroU32,
+    /// How long one delivery may take. Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Attempts before an item is dead-lettered. Default 12.
+    pub max_attempts: std::num::NonZeroU32,
+    /// The first retry's delay; each later one doubles, with full jitter. Default 1 s.
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+    /// The longest delay between attempts. Default 10 min.
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+    /// An item older than this is dead-lettered instead of tried again. Default: the source's
+    /// `queue_lag` (past it, the TTL no longer covers the sender's retries).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Option<Duration>,
+    /// How long dead letters are kept. Default 14 days.
+    #[serde(with = "humantime_serde")]
+    pub dead_letter_retention: Duration,
+}
+
+impl Default for Dispatch {
+    fn default() -> Self {
+        Self {
+            concurrency: std::num::NonZeroU32::new(4).expect("non-zero"),
+            timeout: Duration::from_secs(10),
+            max_attempts: std::num::NonZeroU32::new(12).expect("non-zero"),
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(600),
+            max_age: None,
+            dead_letter_retention: Duration::from_secs(14 * 86_400),
+        }
+    }
+}
+
 /// One `[[source]]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,8 +266,13 @@ pub struct SourceConfig {
     #[serde(default, with = "humantime_serde")]
     pub ttl_override: Option<Duration>,
     pub ttl_override_reason: Option<String>,
+    /// `on_success` (forward, then complete), `on_receipt` (the claim marks it processed) or
+    /// `inbox` (claim and queue in one step, answer 202, deliver from the queue).
     #[serde(default)]
-    pub mode: ClaimMode,
+    pub mode: Mode,
+    /// `[source.dispatch]`: how an inbox source's queue is delivered.
+    #[serde(default)]
+    pub dispatch: Dispatch,
     /// How long a forward may hold the claim before another delivery takes it over.
     #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
@@ -325,6 +402,37 @@ impl SourceConfig {
         }
         if self.forward_timeout.is_zero() {
             return Err(self.invalid("forward_timeout", "must be above zero"));
+        }
+        if self.mode == Mode::Inbox {
+            if self.forward_url.is_none() {
+                return Err(self.invalid(
+                    "forward_url",
+                    "required with mode = \"inbox\": the dispatcher delivers queued events there",
+                ));
+            }
+            let d = &self.dispatch;
+            for (key, value) in [
+                ("dispatch.timeout", d.timeout),
+                ("dispatch.backoff", d.backoff),
+                ("dispatch.dead_letter_retention", d.dead_letter_retention),
+            ] {
+                if value.is_zero() {
+                    return Err(self.invalid(key, "must be above zero"));
+                }
+            }
+            if d.max_backoff < d.backoff {
+                return Err(self.invalid(
+                    "dispatch.max_backoff",
+                    format!(
+                        "{} is shorter than dispatch.backoff ({})",
+                        Human(d.max_backoff),
+                        Human(d.backoff)
+                    ),
+                ));
+            }
+            if d.max_age.is_some_and(|a| a.is_zero()) {
+                return Err(self.invalid("dispatch.max_age", "must be above zero"));
+            }
         }
         let forward_url = match &self.forward_url {
             None => None,
@@ -539,6 +647,14 @@ impl Config {
                 problems.push(ConfigError::DuplicateSource {
                     name: source.name.clone(),
                 });
+            }
+        }
+        for source in &self.sources {
+            if source.mode == Mode::Inbox && self.store.kind == idemgate::config::StoreKind::Redis {
+                problems.push(source.invalid(
+                    "mode",
+                    "\"inbox\" needs a SQL store (store.kind = \"sqlite\" or \"postgres\"): its queue is written in the claim's transaction",
+                ));
             }
         }
         for e in self.store.problems() {

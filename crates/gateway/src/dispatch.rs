@@ -1,0 +1,281 @@
+//! Inbox mode's dispatcher: delivers each inbox source's queue to its `forward_url`.
+//!
+//! One task per inbox source takes due items under a lease ([`Inbox::take`]; several gateways on
+//! one PostgreSQL share the queue, each item taken by one), at most `dispatch.concurrency` in
+//! flight, and delivers each as forward mode does (`Idempotency-Key`, `Idemgate-Attempt`). Then:
+//! - a 2xx: [`Inbox::delivered`] (the item goes, history says `completed`, in one step);
+//! - a failure with attempts left and the item younger than `dispatch.max_age`:
+//!   [`Inbox::retry_later`] after `backoff · 2^(tries-1)` (full jitter, at most `max_backoff`),
+//!   never sooner than the downstream's `Retry-After`;
+//! - otherwise [`Inbox::dead_letter`].
+//!
+//! Ages are read off the store's clock (the item's `received_at` against the lease the store
+//! granted), never the host's. At shutdown a source stops taking, lets its deliveries in flight
+//! finish within `limits.shutdown_grace`, and leaves the rest queued (a lease that lapses, or
+//! this instance's next boot, makes them due again).
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::HeaderValue;
+use idemgate_core::inbox::{Failure, Inbox, Taken};
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Mode;
+use crate::error::ErrorChain;
+use crate::forward::{self, Delivery};
+use crate::state::{AppState, Source};
+
+/// The shortest and longest wait between takes that found nothing (a new item wakes the
+/// dispatcher at once).
+const IDLE_MIN: Duration = Duration::from_millis(20);
+const IDLE_MAX: Duration = Duration::from_secs(1);
+/// How often queue lag is held against each source's `queue_lag`.
+const LAG_CHECK: Duration = Duration::from_secs(60);
+
+/// Starts one dispatcher per inbox source; each stops when `cancel` fires.
+pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let mut names: Vec<_> = state
+        .sources
+        .values()
+        .filter(|s| s.mode == Mode::Inbox)
+        .map(|s| s.name.as_str().to_owned())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| tokio::spawn(run(state.clone(), name, cancel.clone())))
+        .collect()
+}
+
+/// One source's dispatcher.
+#[tracing::instrument(name = "dispatcher", skip(state, cancel))]
+async fn run(state: AppState, source: String, cancel: CancellationToken) {
+    let Ok(src) = state.source(&source) else {
+        return;
+    };
+    let d = &src.dispatch;
+    let slots = Arc::new(Semaphore::new(d.concurrency.get() as usize));
+    // The lease covers a delivery and its report, with room to spare.
+    let lease = d.timeout.saturating_mul(2) + Duration::from_secs(5);
+    let mut deliveries = JoinSet::new();
+    let mut idle = IDLE_MIN;
+    let mut lag_checked = Instant::now();
+    tracing::info!(
+        concurrency = d.concurrency.get(),
+        max_attempts = d.max_attempts.get(),
+        "dispatching the inbox"
+    );
+    loop {
+        while deliveries.try_join_next().is_some() {}
+        if cancel.is_cancelled() {
+            break;
+        }
+        if lag_checked.elapsed() >= LAG_CHECK {
+            lag_checked = Instant::now();
+            warn_on_lag(&state, src).await;
+        }
+        let free = slots.available_permits();
+        let Some(limit) = NonZeroU32::new(u32::try_from(free).unwrap_or(u32::MAX)) else {
+            // Every slot is delivering: wait for one to finish.
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = deliveries.join_next() => {}
+            }
+            continue;
+        };
+        let wakeup = state.inbox_wakeup.notified();
+        match state
+            .store
+            .take(&src.name, limit, lease, state.holder.as_ref())
+            .await
+        {
+            Ok(items) if items.is_empty() => {
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = wakeup => idle = IDLE_MIN,
+                    () = tokio::time::sleep(idle) => idle = (idle * 2).min(IDLE_MAX),
+                }
+            }
+            Ok(items) => {
+                idle = IDLE_MIN;
+                for taken in items {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        // Cannot happen (took no more than the free slots); the lease lapses and
+                        // the item is taken again.
+                        break;
+                    };
+                    let state = state.clone();
+                    let source = source.clone();
+                    deliveries.spawn(async move {
+                        let _slot = slot;
+                        if let Ok(src) = state.source(&source) {
+                            deliver(&state, src, taken, lease).await;
+                        }
+                    });
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), "cannot take from the inbox; trying again");
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = tokio::time::sleep(IDLE_MAX) => {}
+                }
+            }
+        }
+    }
+    let grace = state.limits.shutdown_grace;
+    let in_flight = deliveries.len();
+    if in_flight > 0 {
+        tracing::info!(in_flight, "stopping: finishing the deliveries in flight");
+    }
+    let drained = tokio::time::timeout(grace, async {
+        while deliveries.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            dropped = deliveries.len(),
+            "deliveries outlived the shutdown grace; their items stay queued"
+        );
+        deliveries.abort_all();
+        while deliveries.join_next().await.is_some() {}
+    }
+}
+
+/// Delivers one item and reports how it went.
+#[tracing::instrument(name = "dispatch", skip_all, fields(source = %taken.key.source, event_id = %taken.key.event_id, attempt = taken.item.attempt))]
+async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) {
+    let Some(url) = &src.forward_url else {
+        return;
+    };
+    let d = &src.dispatch;
+    // The item's age when the store granted the lease, by the store's clock.
+    let age_at_take = taken
+        .lease_until
+        .since(taken.received_at)
+        .saturating_sub(lease);
+    let content_type = taken
+        .queued
+        .content_type
+        .as_deref()
+        .and_then(|c| HeaderValue::from_str(c).ok());
+    let started = Instant::now();
+    let result = forward::forward(
+        &state.client,
+        url,
+        Bytes::from(taken.queued.body.clone()),
+        Delivery {
+            key: &taken.key,
+            attempt: taken.item.attempt,
+            content_type: content_type.as_ref(),
+        },
+        d.timeout,
+    )
+    .await;
+    state
+        .metrics
+        .dispatch_latency(src.name.as_str(), started.elapsed());
+    let age = age_at_take + started.elapsed();
+    let (report, result) = match result {
+        Ok(_) => (state.store.delivered(taken.item).await, "delivered"),
+        Err(failure) => {
+            let retry_after = failure.retry_after();
+            let failure = Failure {
+                status: failure.status(),
+                error: failure.to_string(),
+            };
+            let max_age = d.max_age.unwrap_or(src.policy.ttl.contract.queue_lag);
+            if taken.tries >= d.max_attempts.get() || age >= max_age {
+                tracing::warn!(
+                    tries = taken.tries,
+                    age_s = age.as_secs(),
+                    error = %failure.error,
+                    "dead-lettered: out of attempts or too old"
+                );
+                (
+                    state.store.dead_letter(taken.item, &failure).await,
+                    "dead_lettered",
+                )
+            } else {
+                let delay = backoff(d.backoff, d.max_backoff, taken.tries, retry_after);
+                tracing::info!(
+                    tries = taken.tries,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %failure.error,
+                    "delivery failed; retrying later"
+                );
+                (
+                    state.store.retry_later(taken.item, &failure, delay).await,
+                    "retry",
+                )
+            }
+        }
+    };
+    state.metrics.dispatched(src.name.as_str(), result);
+    match report {
+        Ok(()) => {}
+        Err(idemgate_core::StoreError::StaleToken { .. }) => tracing::info!(
+            "the item was taken again after its lease lapsed; the newer attempt reports"
+        ),
+        Err(e) => tracing::warn!(
+            error = %ErrorChain(&e),
+            "cannot record the delivery's result; the item is taken again when its lease lapses"
+        ),
+    }
+}
+
+/// The delay before attempt `tries + 1`: `first · 2^(tries-1)` at most `max`, with full jitter,
+/// and never sooner than the downstream's `Retry-After` (itself at most `max`).
+fn backoff(first: Duration, max: Duration, tries: u32, retry_after: Option<Duration>) -> Duration {
+    let exp = tries.saturating_sub(1).min(30);
+    let cap = first.saturating_mul(1 << exp).min(max);
+    let jitter =
+        Duration::from_nanos(idemgate_core::machine::nonce() % (cap.as_nanos() as u64).max(1));
+    jitter.max(retry_after.unwrap_or_default().min(max))
+}
+
+/// Warns when the source's oldest queued item is older than its `queue_lag`: past it, the TTL no
+/// longer covers the sender's retries.
+async fn warn_on_lag(state: &AppState, src: &Source) {
+    let Ok(stats) = state.store.inbox_stats().await else {
+        return;
+    };
+    let margin = src.policy.ttl.contract.queue_lag;
+    if let Some(lag) = stats
+        .iter()
+        .find(|s| s.source == src.name)
+        .and_then(|s| s.oldest_pending)
+        && lag > margin
+    {
+        tracing::warn!(
+            lag_s = lag.as_secs(),
+            queue_lag_s = margin.as_secs(),
+            "the inbox's oldest item is older than the source's queue_lag: the TTL no longer covers the sender's retries"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_honours_retry_after() {
+        let (first, max) = (Duration::from_secs(1), Duration::from_secs(600));
+        for tries in 1..=12 {
+            let cap = Duration::from_secs(1 << (tries - 1)).min(max);
+            for _ in 0..50 {
+                assert!(backoff(first, max, tries, None) < cap.max(Duration::from_nanos(1)));
+            }
+        }
+        let d = backoff(first, max, 1, Some(Duration::from_secs(30)));
+        assert!(d >= Duration::from_secs(30), "{d:?}");
+        let d = backoff(first, max, 1, Some(Duration::from_secs(86_400)));
+        assert_eq!(d, max, "Retry-After is held to max_backoff");
+    }
+}

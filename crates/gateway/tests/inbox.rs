@@ -1,0 +1,385 @@
+//! Inbox mode end to end on the embedded SQLite store: acknowledged at once, delivered from the
+//! queue, retried, dead-lettered, replayed, with concurrency held and shutdown leaving the queue
+//! intact.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::http::{HeaderMap, StatusCode};
+use idemgate_core::inbox::{Inbox, ReplayFilter};
+use support::{Gateway, sign};
+
+/// A downstream that answers from a script: the first `fail` deliveries of each event get
+/// `status`, later ones 200 after `delay`. It records each event's attempts and the most
+/// deliveries it ever had in flight at once.
+/// Each event's deliveries: attempt and when.
+type Seen = HashMap<String, Vec<(u32, Instant)>>;
+
+#[derive(Clone)]
+struct Downstream {
+    url: String,
+    seen: Arc<Mutex<Seen>>,
+    in_flight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    script: Arc<Mutex<Script>>,
+}
+
+#[derive(Clone, Copy)]
+struct Script {
+    fail: usize,
+    status: u16,
+    retry_after: Option<u64>,
+    delay: Duration,
+}
+
+impl Downstream {
+    async fn start(script: Script) -> Self {
+        let d = Self {
+            url: String::new(),
+            seen: Arc::default(),
+            in_flight: Arc::default(),
+            most: Arc::default(),
+            script: Arc::new(Mutex::new(script)),
+        };
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post({
+                let d = d.clone();
+                move |headers: HeaderMap| {
+                    let d = d.clone();
+                    async move { d.answer(&headers).await }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url: format!("http://{addr}/hook"),
+            ..d
+        }
+    }
+
+    async fn answer(&self, headers: &HeaderMap) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let key = text(headers, "idempotency-key");
+        let attempt = text(headers, "idemgate-attempt").parse().unwrap_or(0);
+        let (nth, script) = {
+            let mut seen = self.seen.lock().unwrap();
+            let list = seen.entry(key).or_default();
+            list.push((attempt, Instant::now()));
+            (list.len(), *self.script.lock().unwrap())
+        };
+        tokio::time::sleep(script.delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if nth <= script.fail {
+            let mut r = StatusCode::from_u16(script.status).unwrap().into_response();
+            if let Some(s) = script.retry_after {
+                r.headers_mut().insert("retry-after", s.into());
+            }
+            r
+        } else {
+            StatusCode::OK.into_response()
+        }
+    }
+
+    fn attempts(&self, key: &str) -> Vec<u32> {
+        let seen = self.seen.lock().unwrap();
+        seen.get(key)
+            .map(|l| l.iter().map(|(a, _)| *a).collect())
+            .unwrap_or_default()
+    }
+
+    fn times(&self, key: &str) -> Vec<Instant> {
+        let seen = self.seen.lock().unwrap();
+        seen.get(key)
+            .map(|l| l.iter().map(|(_, t)| *t).collect())
+            .unwrap_or_default()
+    }
+
+    fn total(&self) -> usize {
+        self.seen.lock().unwrap().values().map(Vec::len).sum()
+    }
+
+    fn set(&self, script: Script) {
+        *self.script.lock().unwrap() = script;
+    }
+}
+
+fn text(headers: &HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn ok(delay: Duration) -> Script {
+    Script {
+        fail: 0,
+        status: 200,
+        retry_after: None,
+        delay,
+    }
+}
+
+fn config(url: &str, dispatch: &str) -> String {
+    format!(
+        "[[source]]\nname = \"shop\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+         mode = \"inbox\"\nforward_url = \"{url}\"\n[source.dispatch]\n{dispatch}\n"
+    )
+}
+
+async fn deliver(gw: &Gateway, event_id: &str) -> support::Answer {
+    let body = format!("{{\"id\": \"{event_id}\", \"object\": \"event\"}}");
+    let mut headers = sign(gw, "shop", event_id, SystemTime::now(), body.as_bytes());
+    headers.insert("content-type", "application/json".parse().unwrap());
+    gw.post("/hooks/shop", headers, body).await
+}
+
+/// Waits until `done` holds, up to `limit`.
+async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn store(gw: &Gateway) -> idemgate_sqlite::SqliteStore {
+    idemgate_sqlite::SqliteStore::open_existing(gw.data_dir(), Default::default()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_downstream_gets_each_event_once_while_senders_are_answered_at_once() {
+    let down = Downstream::start(ok(Duration::from_millis(300))).await;
+    let gw = Gateway::start(&config(&down.url, "concurrency = 2")).await;
+    let started = Instant::now();
+    let a = deliver(&gw, "evt_1").await;
+    assert_eq!((a.status, a.outcome()), (202, "queued"), "{:?}", a.body);
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "acknowledged before the downstream answered"
+    );
+    // Every retry is a duplicate, whatever the dispatch state.
+    let a = deliver(&gw, "evt_1").await;
+    assert_eq!((a.status, a.outcome()), (200, "duplicate"));
+    until(Duration::from_secs(10), "the delivery", || {
+        down.attempts("shop:evt_1") == [1]
+    })
+    .await;
+    let a = deliver(&gw, "evt_1").await;
+    assert_eq!((a.status, a.outcome()), (200, "duplicate"));
+
+    // History: claimed, then completed once the downstream took it.
+    use idemgate_core::store::ClaimStore;
+    let s = store(&gw);
+    let key = idemgate_core::Key::parse("shop", "evt_1").unwrap();
+    let started = Instant::now();
+    loop {
+        let view = s.lookup(&key).await.unwrap();
+        let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome.as_str()).collect();
+        if outcomes.contains(&"completed") {
+            assert_eq!(outcomes[0], "claimed", "{outcomes:?}");
+            assert_eq!(
+                outcomes.iter().filter(|o| **o == "completed").count(),
+                1,
+                "{outcomes:?}"
+            );
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{outcomes:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(down.total(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_with_growing_attempts_and_completed_once() {
+    let down = Downstream::start(Script {
+        fail: 2,
+        status: 500,
+        retry_after: None,
+        delay: Duration::ZERO,
+    })
+    .await;
+    let gw = Gateway::start(&config(
+        &down.url,
+        "backoff = \"20ms\"\nmax_backoff = \"50ms\"",
+    ))
+    .await;
+    let a = deliver(&gw, "evt_2").await;
+    assert_eq!(a.status, 202);
+    until(Duration::from_secs(10), "three attempts", || {
+        down.attempts("shop:evt_2").len() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        down.attempts("shop:evt_2"),
+        [1, 2, 3],
+        "delivered once it succeeded"
+    );
+    let stats = store(&gw).inbox_stats().await.unwrap();
+    assert!(
+        stats.iter().all(|s| s.pending == 0 && s.in_flight == 0),
+        "{stats:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let down = Downstream::start(Script {
+        fail: 1,
+        status: 503,
+        retry_after: Some(1),
+        delay: Duration::ZERO,
+    })
+    .await;
+    let gw = Gateway::start(&config(
+        &down.url,
+        "backoff = \"10ms\"\nmax_backoff = \"5s\"",
+    ))
+    .await;
+    assert_eq!(deliver(&gw, "evt_3").await.status, 202);
+    until(Duration::from_secs(10), "the second attempt", || {
+        down.attempts("shop:evt_3").len() >= 2
+    })
+    .await;
+    let times = down.times("shop:evt_3");
+    let gap = times[1] - times[0];
+    assert!(gap >= Duration::from_millis(950), "retried after {gap:?}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_always_failing_downstream_dead_letters_and_replay_delivers_once_it_is_fixed() {
+    let down = Downstream::start(Script {
+        fail: usize::MAX,
+        status: 500,
+        retry_after: None,
+        delay: Duration::ZERO,
+    })
+    .await;
+    let gw = Gateway::start(&config(
+        &down.url,
+        "max_attempts = 3\nbackoff = \"10ms\"\nmax_backoff = \"20ms\"",
+    ))
+    .await;
+    assert_eq!(deliver(&gw, "evt_4").await.status, 202);
+    let s = store(&gw);
+    let mut dead = Vec::new();
+    let started = Instant::now();
+    while dead.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never dead");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        dead = s
+            .dead_letters(None, std::num::NonZeroU32::MIN)
+            .await
+            .unwrap();
+    }
+    assert_eq!(down.attempts("shop:evt_4"), [1, 2, 3]);
+    assert_eq!(dead[0].attempts.len(), 3, "{dead:?}");
+    assert!(dead[0].attempts.iter().all(|a| a.status == Some(500)));
+    assert!(dead[0].queued.body.starts_with(b"{\"id\": \"evt_4\""));
+    // Still a duplicate to its sender.
+    assert_eq!(deliver(&gw, "evt_4").await.outcome(), "duplicate");
+    let metrics = gw.get("/metrics").await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("idemgate_inbox_dead{source=\"shop\"} 1"),
+        "{text}"
+    );
+
+    down.set(ok(Duration::ZERO));
+    let moved = s
+        .replay_dead_letters(&ReplayFilter::default(), "downstream fixed")
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    until(Duration::from_secs(10), "the replayed delivery", || {
+        down.attempts("shop:evt_4").len() == 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(down.attempts("shop:evt_4"), [1, 2, 3, 4]);
+    use idemgate_core::store::ClaimStore;
+    let view = s
+        .lookup(&idemgate_core::Key::parse("shop", "evt_4").unwrap())
+        .await
+        .unwrap();
+    let replayed = view
+        .history
+        .iter()
+        .find(|h| h.outcome == idemgate_core::HistoryOutcome::Replayed)
+        .expect("a replayed row");
+    assert_eq!(replayed.note.as_deref(), Some("downstream fixed"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_is_never_exceeded() {
+    let down = Downstream::start(ok(Duration::from_millis(100))).await;
+    let gw = Gateway::start(&config(&down.url, "concurrency = 3")).await;
+    for i in 0..15 {
+        assert_eq!(deliver(&gw, &format!("evt_c{i}")).await.status, 202);
+    }
+    until(Duration::from_secs(20), "every delivery", || {
+        down.total() >= 15
+    })
+    .await;
+    assert!(down.most.load(Ordering::SeqCst) <= 3, "more than 3 at once");
+    assert_eq!(down.most.load(Ordering::SeqCst), 3, "the slots were used");
+    assert_eq!(down.total(), 15, "each once");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_gateway_leaves_its_queue_and_the_next_one_delivers_it() {
+    // A downstream that is down: every item fails its first attempt and is due again later.
+    let down = Downstream::start(Script {
+        fail: 1,
+        status: 503,
+        retry_after: None,
+        delay: Duration::ZERO,
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}\n[store]\nkind = \"sqlite\"\npath = {:?}\n",
+        config(&down.url, "backoff = \"1s\"\nmax_backoff = \"1s\""),
+        dir.path().display().to_string()
+    );
+    let gw = Gateway::start_with(&text).await;
+    for i in 0..5 {
+        assert_eq!(deliver(&gw, &format!("evt_s{i}")).await.status, 202);
+    }
+    until(Duration::from_secs(10), "first attempts", || {
+        down.total() >= 5
+    })
+    .await;
+    gw.stop().await;
+    let s = idemgate_sqlite::SqliteStore::open_existing(dir.path(), Default::default()).unwrap();
+    let stats = s.inbox_stats().await.unwrap();
+    assert_eq!(stats.iter().map(|s| s.pending).sum::<u64>(), 5, "{stats:?}");
+
+    // The next gateway on the same store delivers them, each once more.
+    let gw = Gateway::start_with(&text).await;
+    until(Duration::from_secs(15), "second attempts", || {
+        down.total() >= 10
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..5 {
+        assert_eq!(down.attempts(&format!("shop:evt_s{i}")), [1, 2]);
+    }
+    gw.stop().await;
+}
