@@ -24,7 +24,7 @@ pub(crate) enum ExpiryArg {
 }
 
 /// The store settings the flags describe, as a gateway config.
-fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
+pub(crate) fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
     let file = args.config_file();
     let mut config = match &file {
         Some(path) => Config::load(Some(path), "").map_err(|e| Usage(e.to_string()))?,

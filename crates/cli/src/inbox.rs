@@ -30,6 +30,10 @@ pub(crate) struct InboxArgs {
 pub(crate) struct ReplayArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Captured events to re-drive through an inbox source's dedup (JSON Lines: `event_id`,
+    /// `body`, optional `headers`); needs --source and a --config that defines it.
+    #[arg(conflicts_with = "dead_letters")]
+    pub file: Option<std::path::PathBuf>,
     /// Move dead letters back to the queue, each with a fresh attempt budget.
     #[arg(long)]
     pub dead_letters: bool,
@@ -154,9 +158,12 @@ fn dead_json(d: &DeadLetter) -> serde_json::Value {
 }
 
 pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
+    if let Some(file) = &args.file {
+        return replay_file(args, file).await;
+    }
     if !args.dead_letters {
         return Err(Usage(
-            "say what to replay: --dead-letters (move dead letters back to the queue)".into(),
+            "say what to replay: --dead-letters (move dead letters back to the queue) or a JSON Lines file of captured events".into(),
         )
         .into());
     }
@@ -193,4 +200,154 @@ pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         if moved == 1 { "" } else { "s" }
     );
     Ok(())
+}
+
+/// One captured event of a JSON Lines file.
+struct Captured {
+    line: usize,
+    event_id: idemgate_core::EventId,
+    queued: idemgate_core::inbox::QueuedItem,
+}
+
+/// Reads every line first (a bad line is an error naming it, and nothing is queued), then
+/// claims and queues each event as a delivery would be: one done within its TTL is a duplicate,
+/// skipped and counted.
+async fn replay_file(args: &ReplayArgs, file: &std::path::Path) -> anyhow::Result<()> {
+    use idemgate_core::ClaimOutcome;
+    let Some(source) = &args.source else {
+        return Err(Usage(
+            "replaying a file needs --source: the inbox source the events are for".into(),
+        )
+        .into());
+    };
+    let config = crate::data::config(&args.store, None)?;
+    let sources = idemgate_gateway::Sources::build(&config).map_err(|e| Usage(e.to_string()))?;
+    let Some(src) = sources.get(source.as_str()) else {
+        return Err(Usage(format!(
+            "no source {source} in the configuration; replay needs --config with the source's [[source]]"
+        ))
+        .into());
+    };
+    if src.mode != idemgate_gateway::config::Mode::Inbox {
+        return Err(Usage(format!(
+            "source {source} is in mode {}; replay re-drives events through an inbox source's queue (mode = \"inbox\")",
+            src.mode.as_str()
+        ))
+        .into());
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Usage(format!("cannot read {}: {e}", file.display())))?;
+    let events = parse_captured(&text).map_err(|e| Usage(format!("{}: {e}", file.display())))?;
+    if args.dry_run {
+        outln!(
+            "{}: {} events to replay into {source}",
+            file.display(),
+            events.len()
+        );
+        return Ok(());
+    }
+    let store = idemgate::AnyStore::open_existing(&config.store).await?;
+    let (mut queued, mut duplicates, mut late, mut conflicts) = (0u64, 0u64, 0u64, 0u64);
+    for event in events {
+        let claim = src.claim_request(idemgate_core::Key::new(src.name.clone(), event.event_id));
+        match store.enqueue(claim, event.queued).await {
+            Ok(ClaimOutcome::Claimed { .. }) => queued += 1,
+            Ok(ClaimOutcome::Duplicate { .. } | ClaimOutcome::InFlight { .. }) => duplicates += 1,
+            Ok(ClaimOutcome::LateDuplicate { .. }) => late += 1,
+            Ok(ClaimOutcome::Conflict { .. }) => conflicts += 1,
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "line {}: cannot queue it ({queued} queued before it)",
+                    event.line
+                )));
+            }
+        }
+    }
+    outln!(
+        "{source}: {queued} queued, {duplicates} skipped as duplicates, {late} late duplicates refused, {conflicts} conflicts"
+    );
+    Ok(())
+}
+
+fn parse_captured(text: &str) -> Result<Vec<Captured>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("line {n}: not JSON: {e}"))?;
+        let id = v
+            .get("event_id")
+            .and_then(|x| x.as_str())
+            .ok_or_else(|| format!("line {n}: no \"event_id\" string"))?;
+        let event_id = idemgate_core::EventId::new(id).map_err(|e| format!("line {n}: {e}"))?;
+        let body = match v.get("body") {
+            Some(serde_json::Value::String(s)) => s.clone().into_bytes(),
+            Some(other) => other.to_string().into_bytes(),
+            None => return Err(format!("line {n}: no \"body\"")),
+        };
+        let mut headers = Vec::new();
+        let mut content_type = None;
+        if let Some(h) = v.get("headers") {
+            let h = h
+                .as_object()
+                .ok_or_else(|| format!("line {n}: \"headers\" is not an object"))?;
+            for (name, value) in h {
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| format!("line {n}: header {name} is not a string"))?;
+                if name.eq_ignore_ascii_case("content-type") {
+                    content_type = Some(value.to_owned());
+                } else {
+                    headers.push((name.clone(), value.to_owned()));
+                }
+            }
+        }
+        out.push(Captured {
+            line: n,
+            event_id,
+            queued: idemgate_core::inbox::QueuedItem {
+                body,
+                content_type: content_type.or_else(|| Some("application/json".to_owned())),
+                headers,
+            },
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captured_lines_are_read_or_refused_by_number() {
+        let ok = parse_captured(
+            "{\"event_id\": \"e1\", \"body\": {\"a\": 1}}\n\n{\"event_id\": \"e2\", \"body\": \"raw\", \"headers\": {\"Content-Type\": \"text/plain\", \"x-k\": \"v\"}}\n",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[0].queued.body, br#"{"a":1}"#);
+        assert_eq!(ok[1].line, 3);
+        assert_eq!(ok[1].queued.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(ok[1].queued.headers, [("x-k".to_owned(), "v".to_owned())]);
+        for (text, says) in [
+            (
+                "{\"event_id\": \"e1\", \"body\": 1}\nnope",
+                "line 2: not JSON",
+            ),
+            ("{\"body\": 1}", "line 1: no \"event_id\""),
+            ("{\"event_id\": \"\", \"body\": 1}", "line 1:"),
+            ("{\"event_id\": \"e\"}", "line 1: no \"body\""),
+            (
+                "{\"event_id\": \"e\", \"body\": 1, \"headers\": []}",
+                "not an object",
+            ),
+        ] {
+            let e = parse_captured(text).err().unwrap();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
 }

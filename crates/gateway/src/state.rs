@@ -103,6 +103,11 @@ impl Sources {
         }
         Ok(Self(sources))
     }
+
+    /// The source named `name`.
+    pub fn get(&self, name: &str) -> Option<&Source> {
+        self.0.get(name)
+    }
 }
 
 impl AppState {

@@ -192,3 +192,40 @@ fn the_sweep_keys_of_store_postgres_apply_to_every_engine() {
     assert_eq!(opts.batch.get(), 7);
     assert_eq!(opts.pause, Duration::from_secs(1));
 }
+
+#[test]
+fn inbox_sources_are_checked_at_load() {
+    let inbox = format!("{STRIPE}mode = \"inbox\"\n");
+    let e = load(&inbox).unwrap_err();
+    assert!(
+        e.contains("forward_url") && e.contains("inbox"),
+        "an inbox needs somewhere to deliver: {e}"
+    );
+    let with_url = format!("{inbox}forward_url = \"http://127.0.0.1:9/hook\"\n");
+    let config = load(&with_url).unwrap();
+    let d = &config.sources[0].dispatch;
+    assert_eq!(
+        (d.concurrency.get(), d.max_attempts.get(), d.timeout),
+        (4, 12, Duration::from_secs(10))
+    );
+    for (dispatch, says) in [
+        ("concurrency = 0", "dispatch.concurrency"),
+        ("max_attempts = 0", "dispatch.max_attempts"),
+        (
+            "backoff = \"10s\"\nmax_backoff = \"1s\"",
+            "dispatch.max_backoff",
+        ),
+        ("timeout = \"0s\"", "dispatch.timeout"),
+        ("timeout = \"soon\"", "not a duration"),
+        ("retries = 3", "unknown key"),
+    ] {
+        let e = load(&format!("{with_url}[source.dispatch]\n{dispatch}\n")).unwrap_err();
+        assert!(e.contains(says), "{dispatch}: {e}");
+        assert!(e.contains("line"), "{dispatch}: located: {e}");
+    }
+    let e = load(&format!(
+        "{with_url}[store]\nkind = \"redis\"\n[store.redis]\nurl = \"redis://127.0.0.1:6379\"\n"
+    ))
+    .unwrap_err();
+    assert!(e.contains("needs a SQL store"), "{e}");
+}

@@ -562,7 +562,9 @@ impl Config {
     fn key_of(&self, error: &ConfigError) -> Option<Vec<String>> {
         let source = |name: &str, key: &str| {
             let index = self.sources.iter().position(|s| s.name == name)?;
-            Some(vec!["source".to_owned(), index.to_string(), key.to_owned()])
+            let mut path = vec!["source".to_owned(), index.to_string()];
+            path.extend(key.split('.').map(str::to_owned));
+            Some(path)
         };
         match error {
             ConfigError::SourceName { index, .. } => Some(vec![

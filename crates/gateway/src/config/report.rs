@@ -179,7 +179,20 @@ fn line_in(text: &str, path: &[String]) -> Option<usize> {
             continue;
         }
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
-            current = name.trim().split('.').map(str::to_owned).collect();
+            // `[source.dispatch]` under `[[source]]` is a table of the array's latest element.
+            current = Vec::new();
+            let mut prefix = String::new();
+            for part in name.trim().split('.') {
+                let part = part.trim();
+                if !prefix.is_empty() {
+                    prefix.push('.');
+                }
+                prefix.push_str(part);
+                current.push(part.to_owned());
+                if let Some(count) = arrays.get(&prefix) {
+                    current.push(count.saturating_sub(1).to_string());
+                }
+            }
             if current == path {
                 return Some(n + 1);
             }
@@ -210,6 +223,16 @@ mod tests {
         assert_eq!(nearest("knd", &known), Some("kind"));
         assert_eq!(nearest("frobnicate", &known), None);
         assert_eq!(distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn tables_of_an_array_element_are_found() {
+        let text = "[[source]]\nname = \"a\"\n[source.dispatch]\nconcurrency = 0\n[[source]]\nname = \"b\"\n[source.dispatch]\ntimeout = \"x\"\n";
+        assert_eq!(
+            line_in(text, &path("source.0.dispatch.concurrency")),
+            Some(4)
+        );
+        assert_eq!(line_in(text, &path("source.1.dispatch.timeout")), Some(8));
     }
 
     #[test]
