@@ -50,7 +50,7 @@ pub struct Args {
     idemgate: Option<PathBuf>,
 }
 
-const SECRET: &str = "whsec_bench_secret";
+pub(crate) const SECRET: &str = "whsec_bench_secret";
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let bin = match &args.idemgate {
@@ -212,12 +212,12 @@ async fn downstream() -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
+pub(crate) fn free_port() -> anyhow::Result<SocketAddr> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?)
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -229,7 +229,10 @@ fn peak_rss_kib(pid: u32) -> u64 {
 }
 
 /// Pre-signed deliveries: `n` of them, a share repeating an event at least 1000 places earlier.
-fn deliveries(n: usize, duplicates: f64) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
+pub(crate) fn deliveries(
+    n: usize,
+    duplicates: f64,
+) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
     let sc: idemgate_gateway::config::SourceConfig = serde_json::from_value(serde_json::json!({
         "name": "stripe-live", "provider": "stripe", "secrets": [SECRET],
     }))?;
@@ -362,12 +365,12 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
 }
 
 /// One keep-alive HTTP/1.1 connection.
-struct Conn {
+pub(crate) struct Conn {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
 }
 
 impl Conn {
-    async fn open(addr: SocketAddr) -> anyhow::Result<Self> {
+    pub(crate) async fn open(addr: SocketAddr) -> anyhow::Result<Self> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
@@ -375,7 +378,7 @@ impl Conn {
         Ok(Self { sender })
     }
 
-    async fn get(&mut self, path: &str) -> anyhow::Result<u16> {
+    pub(crate) async fn get(&mut self, path: &str) -> anyhow::Result<u16> {
         let req = Request::get(path)
             .header("host", "bench")
             .body(Full::new(Bytes::new()))?;
@@ -387,7 +390,7 @@ impl Conn {
     }
 
     /// POSTs and returns the `Idemgate-Outcome`.
-    async fn post(
+    pub(crate) async fn post(
         &mut self,
         path: &str,
         headers: &hyper::HeaderMap,

@@ -15,6 +15,7 @@ mod claims;
 mod cleanup;
 mod gateway;
 mod growth;
+mod inbox;
 mod pg;
 mod progress;
 mod report;
@@ -43,6 +44,9 @@ enum Scenario {
     /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve`, beside the
     /// raw claim throughput of the same store.
     Gateway(gateway::Args),
+    /// Inbox mode against forward mode with a slow downstream: what a sender waits for, then a
+    /// burst acknowledged beside the raw claim rate and drained at the downstream's pace.
+    Inbox(inbox::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +57,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         match cli.scenario {
             Scenario::Gateway(args) => gateway::run(args).await,
+            Scenario::Inbox(args) => inbox::run(args).await,
             Scenario::Claims(args) => claims::run(args).await,
             Scenario::Growth(args) => growth::run(args).await,
             Scenario::Cleanup(args) => cleanup::run(args).await,
