@@ -39,6 +39,7 @@ pub mod sweeper;
 
 mod batch;
 mod db;
+mod inbox;
 mod row;
 mod store;
 
