@@ -12,6 +12,10 @@
 //!   [`Sweep`](idemgate_core::Sweep), [`Stats`](idemgate_core::Stats),
 //!   [`Identity`](idemgate_core::Identity) and [`Instances`](idemgate_core::Instances)
 //!   implementations; [`PgStore::connect`] builds its pool, [`PgStore::from_pool`] takes yours.
+//! - `inbox`: the [`Inbox`](idemgate_core::inbox::Inbox) implementation: enqueue (the claim and
+//!   the queue item in one call of `enqueue_claim`), takes under a lease with
+//!   `FOR UPDATE SKIP LOCKED`, reports fenced by the item's attempt, dead letters, replay, purge
+//!   and queue stats.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
 //!   call over arrays.
 //! - `db`: the pool and configuration the store and its batcher share, and the partitions rows
@@ -19,17 +23,19 @@
 //! - `row`: rows read by column name into core's types (a column missing or mistyped is a
 //!   [`PgError::Column`] naming it), and durations as milliseconds.
 //!
-//! Modules depend one way: `store` on `batch`, `db` and `row`; `batch` on `db` and `row`; `db` on
-//! `row`; `sweeper` on `store`. None imports a module that imports it back.
+//! Modules depend one way: `inbox` on `store`, `db` and `row`; `store` on `batch`, `db` and
+//! `row`; `batch` on `db` and `row`; `db` on `row`; `sweeper` on `store`. None imports a module
+//! that imports it back.
 //! - [`sweeper`]: partition maintenance and the sweep run ([`idemgate_core::Sweep::sweep_run`],
 //!   overridden to maintain partitions first); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
-//! The SQL lives in `sql/`: `migrations/0001_init.sql` and `0002_holders.sql` hold the tables and
-//! the server-side functions (the claim rules in PL/pgSQL), the other files the statements the
-//! store sends.
+//! The SQL lives in `sql/`: `migrations/0001_init.sql`, `0002_holders.sql` and `0004_inbox.sql`
+//! hold the tables and the server-side functions (the claim rules in PL/pgSQL), the other files
+//! the statements the store sends.
 //!
-//! Every time is the database's: `clock_timestamp()` inside the functions, `now()` in the sweep.
+//! Every time is the database's: `clock_timestamp()` inside the functions, `now()` in the sweep
+//! and in the inbox statements (each one statement, so `now()` is its start).
 //! Timestamps reach Rust as epoch milliseconds.
 
 pub mod config;
@@ -39,6 +45,7 @@ pub mod sweeper;
 
 mod batch;
 mod db;
+mod inbox;
 mod row;
 mod store;
 

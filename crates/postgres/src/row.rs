@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use idemgate_core::inbox::{AttemptLog, DeadLetter, InboxStats, ItemRef, QueuedItem, Taken};
 use idemgate_core::{
     Boot, ClaimOutcome, ClaimToken, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
     InstanceName, Key, Record, RecordState, SourceName, SourceStats, Timestamp,
@@ -169,7 +170,7 @@ pub(crate) fn history_entry_of(row: &Row, context: &'static str) -> Result<Histo
         at: Timestamp::from_millis(get(row, "received_ms", context)?),
         gap: get::<Option<i64>>(row, "gap_ms", context)?.map(ms),
         fingerprint: fingerprint(get(row, "fingerprint", context)?, context)?,
-        note: None,
+        note: get(row, "note", context)?,
     })
 }
 
@@ -197,5 +198,104 @@ pub(crate) fn source_stats_of(row: &Row, context: &'static str) -> Result<Source
         live: count(get(row, "live", context)?),
         expired: count(get(row, "expired", context)?),
         oldest: timestamp(row, "oldest_ms", context)?,
+    })
+}
+
+/// A key as the inbox statements name it (`source`, `event_id`).
+fn key_of(row: &Row, context: &'static str) -> Result<Key, PgError> {
+    Key::parse(get(row, "source", context)?, get(row, "event_id", context)?)
+        .map_err(|e| unexpected(context, e.to_string()))
+}
+
+/// A count of attempts (`integer`, never negative in the table).
+fn attempts(row: &Row, column: &'static str, context: &'static str) -> Result<u32, PgError> {
+    u32::try_from(get::<i32>(row, column, context)?)
+        .map_err(|_| unexpected(context, format!("a negative {column}")))
+}
+
+/// The body, content type and headers of a queue item's row.
+fn queued_of(row: &Row, context: &'static str) -> Result<QueuedItem, PgError> {
+    let names: Vec<String> = get(row, "header_names", context)?;
+    let values: Vec<String> = get(row, "header_values", context)?;
+    if names.len() != values.len() {
+        return Err(unexpected(
+            context,
+            format!("{} header names for {} values", names.len(), values.len()),
+        ));
+    }
+    Ok(QueuedItem {
+        body: get(row, "body", context)?,
+        content_type: get(row, "content_type", context)?,
+        headers: names.into_iter().zip(values).collect(),
+    })
+}
+
+/// One row of `sql/inbox_take.sql`.
+pub(crate) fn taken_of(row: &Row, context: &'static str) -> Result<Taken, PgError> {
+    let key = key_of(row, context)?;
+    Ok(Taken {
+        item: ItemRef {
+            id: get(row, "id", context)?,
+            attempt: attempts(row, "attempt", context)?,
+            key: key.clone(),
+        },
+        key,
+        queued: queued_of(row, context)?,
+        received_at: Timestamp::from_millis(get(row, "received_ms", context)?),
+        lease_until: Timestamp::from_millis(get(row, "lease_until_ms", context)?),
+        tries: attempts(row, "tries", context)?,
+    })
+}
+
+/// One row of `sql/inbox_dead_letters.sql`, its attempts included.
+pub(crate) fn dead_letter_of(row: &Row, context: &'static str) -> Result<DeadLetter, PgError> {
+    // NULL arrays: no attempt was logged.
+    let numbers: Vec<i32> = get::<Option<_>>(row, "attempts", context)?.unwrap_or_default();
+    let ats: Vec<i64> = get::<Option<_>>(row, "ats_ms", context)?.unwrap_or_default();
+    let statuses: Vec<Option<i32>> =
+        get::<Option<_>>(row, "statuses", context)?.unwrap_or_default();
+    let errors: Vec<String> = get::<Option<_>>(row, "errors", context)?.unwrap_or_default();
+    if [ats.len(), statuses.len(), errors.len()] != [numbers.len(); 3] {
+        return Err(unexpected(context, "attempt arrays of different lengths"));
+    }
+    let attempts = numbers
+        .into_iter()
+        .zip(ats)
+        .zip(statuses)
+        .zip(errors)
+        .map(|(((attempt, at), status), error)| {
+            Ok(AttemptLog {
+                attempt: u32::try_from(attempt)
+                    .map_err(|_| unexpected(context, "a negative attempt"))?,
+                at: Timestamp::from_millis(at),
+                status: status
+                    .map(|s| {
+                        u16::try_from(s)
+                            .map_err(|_| unexpected(context, format!("a status of {s}")))
+                    })
+                    .transpose()?,
+                error,
+            })
+        })
+        .collect::<Result<_, PgError>>()?;
+    Ok(DeadLetter {
+        id: get(row, "id", context)?,
+        key: key_of(row, context)?,
+        queued: queued_of(row, context)?,
+        received_at: Timestamp::from_millis(get(row, "received_ms", context)?),
+        dead_at: Timestamp::from_millis(get(row, "dead_ms", context)?),
+        attempts,
+    })
+}
+
+/// One row of `sql/inbox_stats.sql`.
+pub(crate) fn inbox_stats_of(row: &Row, context: &'static str) -> Result<InboxStats, PgError> {
+    let name: &str = get(row, "source", context)?;
+    Ok(InboxStats {
+        source: SourceName::new(name).map_err(|e| unexpected(context, e.to_string()))?,
+        pending: count(get(row, "pending", context)?),
+        in_flight: count(get(row, "in_flight", context)?),
+        dead: count(get(row, "dead", context)?),
+        oldest_pending: get::<Option<i64>>(row, "oldest_pending_ms", context)?.map(ms),
     })
 }

@@ -196,7 +196,13 @@ impl PgStore {
                 .await
                 .map_err(PgError::db(CONTEXT))
             {
-                Ok(row) => return row::boot_of(instance, &row, CONTEXT),
+                Ok(row) => {
+                    let items: i64 = row::get(&row, "r_items_freed", CONTEXT)?;
+                    if items > 0 {
+                        tracing::info!(items, "freed the inbox items of earlier boots");
+                    }
+                    return row::boot_of(instance, &row, CONTEXT);
+                }
                 Err(e) if e.is_deadlock() && tries < 3 => tries += 1,
                 Err(e) => return Err(e),
             }

@@ -10,6 +10,7 @@ mod batched {
     idemgate_core::sweep_conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::history_conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::instances_conformance_tests!(common::harness(Expiry::batched()));
+    idemgate_core::inbox_conformance_tests!(common::harness(Expiry::batched()));
 }
 
 mod partitioned {
@@ -19,4 +20,5 @@ mod partitioned {
     idemgate_core::sweep_conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::history_conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::instances_conformance_tests!(common::harness(common::partitioned_hourly()));
+    idemgate_core::inbox_conformance_tests!(common::harness(common::partitioned_hourly()));
 }

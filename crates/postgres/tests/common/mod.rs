@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_core::inbox;
 use idemgate_core::testkit::{RealTimeHarness, require_service};
 use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Key, StoreError, Sweep,
@@ -174,6 +175,67 @@ impl idemgate_core::HistoryRetention for TestStore {
         batch: std::num::NonZeroU32,
     ) -> Result<u64, StoreError> {
         self.store.purge_history(retention, batch).await
+    }
+}
+
+impl idemgate_core::inbox::Inbox for TestStore {
+    async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: inbox::QueuedItem,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.store.enqueue(req, item).await
+    }
+    async fn take(
+        &self,
+        source: &idemgate_core::SourceName,
+        limit: std::num::NonZeroU32,
+        lease: Duration,
+        holder: Option<&idemgate_core::Holder>,
+    ) -> Result<Vec<inbox::Taken>, StoreError> {
+        self.store.take(source, limit, lease, holder).await
+    }
+    async fn delivered(&self, item: inbox::ItemRef) -> Result<(), StoreError> {
+        self.store.delivered(item).await
+    }
+    async fn retry_later(
+        &self,
+        item: inbox::ItemRef,
+        failure: &inbox::Failure,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        self.store.retry_later(item, failure, delay).await
+    }
+    async fn dead_letter(
+        &self,
+        item: inbox::ItemRef,
+        failure: &inbox::Failure,
+    ) -> Result<(), StoreError> {
+        self.store.dead_letter(item, failure).await
+    }
+    async fn dead_letters(
+        &self,
+        source: Option<&idemgate_core::SourceName>,
+        limit: std::num::NonZeroU32,
+    ) -> Result<Vec<inbox::DeadLetter>, StoreError> {
+        self.store.dead_letters(source, limit).await
+    }
+    async fn replay_dead_letters(
+        &self,
+        filter: &inbox::ReplayFilter,
+        reason: &str,
+    ) -> Result<u64, StoreError> {
+        self.store.replay_dead_letters(filter, reason).await
+    }
+    async fn purge_dead_letters(
+        &self,
+        retention: Duration,
+        batch: std::num::NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.store.purge_dead_letters(retention, batch).await
+    }
+    async fn inbox_stats(&self) -> Result<Vec<inbox::InboxStats>, StoreError> {
+        self.store.inbox_stats().await
     }
 }
 

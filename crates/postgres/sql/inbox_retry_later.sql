@@ -1,0 +1,15 @@
+-- retry_later(item $1, attempt $2, delay $3 ms, status $4, error $5): the attempt is logged and
+-- the item is due again $3 ms from now, no longer held. Stale reports (no row) change nothing.
+WITH moved AS (
+    UPDATE inbox
+       SET due_at = now() + $3::bigint * interval '1 ms', lease_until = NULL,
+           holder_instance = NULL, holder_boot = NULL
+     WHERE id = $1::bigint AND attempt = $2::integer AND dead_at IS NULL
+       AND lease_until IS NOT NULL
+    RETURNING id, attempt, source, event_id
+), logged AS (
+    INSERT INTO inbox_attempts (item_id, attempt, at, status, error)
+    SELECT m.id, m.attempt, now(), $4::integer, $5::text
+      FROM moved m
+)
+SELECT source, event_id FROM moved
