@@ -101,7 +101,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     loop {
         let text = gw.metrics().await.unwrap_or_default();
         let oldest = metric(&text, "idemgate_inbox_oldest_pending_seconds");
-        let pending = metric(&text, "idemgate_inbox_pending") + metric(&text, "idemgate_inbox_in_flight");
+        let pending =
+            metric(&text, "idemgate_inbox_pending") + metric(&text, "idemgate_inbox_in_flight");
         samples.push((started.elapsed(), oldest, pending));
         if delivered.load(Ordering::Relaxed) - before >= args.burst {
             break;
@@ -136,10 +137,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 ms(latency.p99),
                 format!("{:.1}", drained_in.as_secs_f64()),
                 format!("{:.0}", args.burst as f64 / drained_in.as_secs_f64()),
-                format!(
-                    "{:.1}",
-                    samples.iter().map(|s| s.1).fold(0.0_f64, f64::max)
-                ),
+                format!("{:.1}", samples.iter().map(|s| s.1).fold(0.0_f64, f64::max)),
             ]]
         )
     );
@@ -273,7 +271,11 @@ impl Gateway {
         let ready = async {
             loop {
                 if let Ok(mut conn) = Conn::open(listen).await
-                    && conn.get("/healthz").await.map(|s| s == 200).unwrap_or(false)
+                    && conn
+                        .get("/healthz")
+                        .await
+                        .map(|s| s == 200)
+                        .unwrap_or(false)
                 {
                     return;
                 }
