@@ -1,6 +1,6 @@
 //! The inbox on PostgreSQL: [`Inbox`] for [`PgStore`].
 //!
-//! An enqueue is one call of `enqueue_claim` (`sql/migrations/0004_inbox.sql`): the claim of
+//! An enqueue is one call of `enqueue_claim` (`sql/migrations/0003_inbox.sql`): the claim of
 //! `claim_one`, done at once, and the queue item when the claim is won, in one transaction. It
 //! does not go through the group-commit batcher: the batch function knows nothing of items.
 //! Every other operation is one statement of `sql/inbox_*.sql` (one implicit transaction, by the

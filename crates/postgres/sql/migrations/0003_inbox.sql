@@ -1,4 +1,4 @@
--- idemgate PostgreSQL schema, version 4: the inbox (issue 14). A delivery to an inbox source is
+-- idemgate PostgreSQL schema, version 3: the inbox. A delivery to an inbox source is
 -- claimed and queued in one transaction; dispatchers take queued items under a lease
 -- (FOR UPDATE SKIP LOCKED, so several gateways share one queue), deliver them, retry them later,
 -- or keep them as dead letters with every attempt until they are replayed or purged.
