@@ -312,3 +312,58 @@ async fn a_failing_store_answers_503_with_retry_after() {
     gw.stop().await;
     schema.drop().await;
 }
+
+/// Two gateways on one PostgreSQL share one inbox queue: deliveries spread across both, each
+/// event delivered once (items are taken with SKIP LOCKED under a lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_share_one_inbox_without_double_delivery() {
+    let Some(schema) = Schema::new("inbox_shared").await else {
+        return;
+    };
+    let down = Downstream::start(Behaviour::Slow(Duration::from_millis(20))).await;
+    let config = |instance: &str| {
+        format!(
+            "instance = \"{instance}\"\n[[source]]\nname = \"shop\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+             mode = \"inbox\"\nforward_url = \"{}\"\n[source.dispatch]\nconcurrency = 4\n{}",
+            down.url,
+            schema.store_toml()
+        )
+    };
+    let a = Gateway::start_with(&config("gw-a")).await;
+    let b = Gateway::start_with(&config("gw-b")).await;
+    const EVENTS: usize = 120;
+    for i in 0..EVENTS {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        let id = format!("evt_{i}");
+        let body = format!("{{\"id\": \"{id}\"}}").into_bytes();
+        let signed = sign(gw, "shop", &id, SystemTime::now(), &body);
+        let r = gw.post("/hooks/shop", signed.clone(), body.clone()).await;
+        assert_eq!((r.status, r.outcome()), (202, "queued"), "{:?}", r.body);
+        // The other gateway sees the same store: a duplicate.
+        let other = if i % 2 == 0 { &b } else { &a };
+        let r = other.post("/hooks/shop", signed, body).await;
+        assert_eq!(r.outcome(), "duplicate");
+    }
+    let started = std::time::Instant::now();
+    while down.total() < EVENTS {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} of {EVENTS} delivered",
+            down.total()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..EVENTS {
+        assert_eq!(down.attempts(&format!("shop:evt_{i}")), [1], "evt_{i}");
+    }
+    let text = String::from_utf8_lossy(&a.get("/metrics").await.unwrap().body).into_owned();
+    assert!(
+        text.contains("idemgate_inbox_pending{source=\"shop\"} 0")
+            || !text.contains("idemgate_inbox_pending{"),
+        "{text}"
+    );
+    a.stop().await;
+    b.stop().await;
+    schema.drop().await;
+}
