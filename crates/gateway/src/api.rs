@@ -25,6 +25,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/claims/{source}/{event_id}/complete"),
     ("post", "/v1/claims/{source}/{event_id}/release"),
     ("get", "/v1/events/{source}/{event_id}"),
+    ("post", "/v1/sources/{source}/replay"),
 ];
 
 /// The OpenAPI description of the claim API, as shipped (any source name the pattern allows).
@@ -262,4 +263,87 @@ pub(crate) async fn event(
     let (_, key) = key(&state, &source, &event_id)?;
     let view = state.store.lookup(&key).await?;
     Ok(Outcome::Lookup.on(Json(idemgate::EventReport::from(&view)).into_response()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    /// Recorded in each replayed event's history.
+    reason: String,
+    /// Only dead letters that died within this many seconds (a JSON Schema integer; `null` is
+    /// not one).
+    #[serde(default, deserialize_with = "present")]
+    since_s: Option<serde_json::Number>,
+}
+
+/// An optional field that, when given, must be a number (not `null`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Number>, D::Error> {
+    serde_json::Number::deserialize(d).map(Some)
+}
+
+/// Inbox mode: moves a source's dead letters back to the queue with a fresh attempt budget,
+/// each recorded in history as `replayed` with the reason.
+#[tracing::instrument(name = "api_replay", skip(state, headers, body))]
+pub(crate) async fn replay(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let response = replay_dead_letters(&state, &headers, &source, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    labelled(state.label(&source).to_owned(), response)
+}
+
+async fn replay_dead_letters(
+    state: &AppState,
+    headers: &HeaderMap,
+    source: &str,
+    body: &[u8],
+) -> Result<Response, AppError> {
+    use idemgate_core::inbox::{Inbox, ReplayFilter};
+    state.authorize(headers)?;
+    let src = state.source(source)?;
+    let req: ReplayBody = parse_json(body)?;
+    let reason = req.reason.trim();
+    if reason.is_empty() || req.reason.chars().count() > 1_000 {
+        return Err(bad(
+            Outcome::InvalidReason,
+            "reason must say why, in 1 to 1000 characters",
+        ));
+    }
+    let since = match &req.since_s {
+        None => None,
+        Some(n) => Some(
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 1.0 && *f <= 1e12)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    bad(
+                        Outcome::InvalidReason,
+                        format!("since_s must be a whole number of seconds from 1, not {n}"),
+                    )
+                })?,
+        ),
+    };
+    if src.mode != crate::config::Mode::Inbox {
+        return Err(AppError::NotInbox {
+            source_name: src.name.as_str().to_owned(),
+        });
+    }
+    let filter = ReplayFilter {
+        source: Some(src.name.clone()),
+        since,
+    };
+    let moved = state.store.replay_dead_letters(&filter, reason).await?;
+    if moved > 0 {
+        state.inbox_wakeup.notify_waiters();
+    }
+    tracing::info!(source = %src.name, moved, reason, "dead letters replayed");
+    Ok(Outcome::Replayed.on((
+        StatusCode::OK,
+        Json(json!({"outcome": Outcome::Replayed, "moved": moved})),
+    )
+        .into_response()))
 }

@@ -93,6 +93,8 @@ pub enum AppError {
     ShuttingDown,
     #[error("the request did not arrive and get its answer within {} s (limits.request_timeout)", timeout.as_secs_f64())]
     Timeout { timeout: Duration },
+    #[error("source {source_name} is not in inbox mode: it keeps no queue to replay")]
+    NotInbox { source_name: String },
 }
 
 impl AppError {
@@ -116,6 +118,7 @@ impl AppError {
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, Outcome::StoreUnavailable),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, Outcome::ShuttingDown),
             Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, Outcome::RequestTimeout),
+            Self::NotInbox { .. } => (StatusCode::CONFLICT, Outcome::NotInbox),
         }
     }
 

@@ -61,6 +61,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/claims/{source}/{event_id}/release", post(api::release))
         .route("/v1/events/{source}/{event_id}", get(api::event))
+        .route("/v1/sources/{source}/replay", post(api::replay))
         .route("/openapi.json", get(admin::openapi))
         .route("/healthz", get(admin::healthz))
         .route("/metrics", get(admin::metrics))

@@ -62,6 +62,12 @@ outcomes! {
     StaleToken => "stale_token",
     /// `/v1/events`: an event's record and history.
     Lookup => "lookup",
+    /// `/v1/sources/{source}/replay`: dead letters moved back to the queue.
+    Replayed => "replayed",
+    /// Replay of a source that is not in inbox mode.
+    NotInbox => "not_inbox",
+    /// A replay without a reason (or with a `since_s` that is not whole seconds).
+    InvalidReason => "invalid_reason",
     /// `/healthz`: every component answered.
     Healthy => "healthy",
     /// `/healthz`: the store answered, the Redis tier did not.

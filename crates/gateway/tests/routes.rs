@@ -20,7 +20,9 @@ fn config() -> Config {
         "api_tokens = [\"{TOKEN}\"]\n[limits]\nbody_limit = 4096\n\
          [[source]]\nname = \"orders\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
          [[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\n\
-         event_id_header = \"x-event-id\"\n"
+         event_id_header = \"x-event-id\"\n\
+         [[source]]\nname = \"queue\"\nprovider = \"stripe\"\nsecrets = [\"whsec_q\"]\n\
+         mode = \"inbox\"\nforward_url = \"http://127.0.0.1:9/hook\"\n"
     ))
     .unwrap()
 }
@@ -347,4 +349,60 @@ fn the_openapi_patterns_admit_every_outcome() {
             "{name} is outside the documented pattern"
         );
     }
+}
+
+#[tokio::test]
+async fn replay_is_for_inbox_sources_and_says_why() {
+    let r = router();
+    let post = |source: &str, body: &str| {
+        request(
+            Method::POST,
+            &format!("/v1/sources/{source}/replay"),
+            body.to_owned(),
+            true,
+        )
+    };
+    let a = call(&r, post("queue", r#"{"reason": "downstream fixed"}"#)).await;
+    assert_eq!((a.status.as_u16(), a.header.as_str()), (200, "replayed"));
+    assert_eq!(a.json["moved"], 0, "{a:?}");
+    let a = call(&r, post("queue", r#"{"reason": "x", "since_s": 3600}"#)).await;
+    assert_eq!(a.status.as_u16(), 200, "{a:?}");
+
+    let a = call(&r, post("orders", r#"{"reason": "x"}"#)).await;
+    assert_problem(&a, 409, "not_inbox");
+    let a = call(&r, post("nosuch", r#"{"reason": "x"}"#)).await;
+    assert_problem(&a, 404, "unknown_source");
+    let a = call(&r, post("queue", "{}")).await;
+    assert_problem(&a, 400, "invalid_json");
+    let a = call(&r, post("queue", r#"{"reason": "   "}"#)).await;
+    assert_problem(&a, 400, "invalid_reason");
+    let a = call(&r, post("queue", r#"{"reason": "x", "since_s": 1.5}"#)).await;
+    assert_problem(&a, 400, "invalid_reason");
+    let mut anonymous = post("queue", r#"{"reason": "x"}"#);
+    anonymous.headers_mut().remove(header::AUTHORIZATION);
+    assert_problem(&call(&r, anonymous).await, 401, "unauthorized");
+}
+
+#[tokio::test]
+async fn replay_refuses_a_null_since_and_leases_parse_exactly() {
+    let r = router();
+    let a = call(
+        &r,
+        request(
+            Method::POST,
+            "/v1/sources/queue/replay",
+            r#"{"reason": "x", "since_s": null}"#,
+            true,
+        ),
+    )
+    .await;
+    assert_problem(&a, 400, "invalid_json");
+    // A large whole lease written as a float is whole (parsed exactly), and cut to the TTL.
+    let body = r#"{"source": "jobs", "event_id": "big-lease", "lease_s": 2083753024907641.0}"#;
+    let a = call(&r, request(Method::POST, "/v1/claims", body, true)).await;
+    assert_eq!(
+        (a.status.as_u16(), a.header.as_str()),
+        (201, "claimed"),
+        "{a:?}"
+    );
 }
