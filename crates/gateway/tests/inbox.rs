@@ -383,3 +383,64 @@ async fn a_stopped_gateway_leaves_its_queue_and_the_next_one_delivers_it() {
     }
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_lag_past_the_margin_is_a_metric_and_a_degraded_health() {
+    // A downstream that is down for a minute: the item waits in the queue.
+    let down = Downstream::start(Script {
+        fail: usize::MAX,
+        status: 503,
+        retry_after: Some(60),
+        delay: Duration::ZERO,
+    })
+    .await;
+    let config = format!(
+        "[[source]]\nname = \"shop\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+         mode = \"inbox\"\nforward_url = \"{}\"\nqueue_lag = \"1s\"\n\
+         [source.dispatch]\nmax_age = \"1h\"\n",
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    let health = gw.get("/healthz").await.unwrap();
+    assert_eq!(health.json()["status"], "ok", "{:?}", health.body);
+    assert_eq!(deliver(&gw, "evt_lag").await.status, 202);
+    until(Duration::from_secs(10), "the first attempt", || {
+        down.total() >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let health = gw.get("/healthz").await.unwrap();
+    assert_eq!(health.status, 200, "the gateway still serves");
+    let json = health.json();
+    assert_eq!(json["status"], "degraded", "{json}");
+    let inbox = json["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "inbox")
+        .cloned()
+        .unwrap();
+    assert_eq!(inbox["status"], "lagging", "{inbox}");
+    assert!(
+        inbox["error"].as_str().unwrap().contains("queue_lag"),
+        "{inbox}"
+    );
+    let text = String::from_utf8_lossy(&gw.get("/metrics").await.unwrap().body).into_owned();
+    let lag: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_inbox_oldest_pending_seconds{source=\"shop\"} "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!(lag >= 1.0, "{lag}");
+    assert!(
+        text.contains("idemgate_inbox_pending{source=\"shop\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idemgate_dispatches_total{source=\"shop\",result=\"retry\"} 1"),
+        "{text}"
+    );
+    gw.stop().await;
+}
