@@ -120,6 +120,7 @@ fn empty(source: &SourceName, period: Duration) -> Observation {
         gaps: Vec::new(),
         late_duplicates: 0,
         live_rows: 0,
+        queue_lags: Vec::new(),
         period,
     }
 }
@@ -143,6 +144,10 @@ fn advice_json(a: &Advice) -> serde_json::Value {
         "ttl_s": a.ttl.as_secs(),
         "retry_window_s": a.retry_window.as_secs(),
         "recommended_ttl_s": a.recommended_ttl.as_secs(),
+        "queue_lag_p50_ms": ms(a.queue_lag.map(|l| l.p50)),
+        "queue_lag_p99_ms": ms(a.queue_lag.map(|l| l.p99)),
+        "queue_lag_max_ms": ms(a.queue_lag.map(|l| l.max)),
+        "queue_lag_margin_s": a.queue_lag_margin.as_secs(),
         "verdict": a.verdict.as_str(),
         "why": match &a.verdict {
             advise::Verdict::TooShort { why } => Some(why.as_str()),
@@ -192,6 +197,28 @@ fn print_table(rows: &[(Advice, Vec<Duration>)], since: Duration) {
     // Names and verdicts read from the left; counts and durations line up on the right.
     for line in columns(&HEADER, &cells, |col| col == 0 || col == HEADER.len() - 1) {
         outln!("{line}");
+    }
+    // Inbox sources: the queue lag observed beside the margin the TTL allows for it.
+    let lagged: Vec<Vec<String>> = rows
+        .iter()
+        .filter_map(|(a, _)| {
+            let lag = a.queue_lag?;
+            Some(vec![
+                a.source.to_string(),
+                Human(lag.p50).to_string(),
+                Human(lag.p99).to_string(),
+                Human(lag.max).to_string(),
+                Human(a.queue_lag_margin).to_string(),
+            ])
+        })
+        .collect();
+    if !lagged.is_empty() {
+        outln!();
+        outln!("inbox queue lag (receipt to delivery):");
+        let header = ["SOURCE", "LAG P50", "P99", "MAX", "QUEUE_LAG MARGIN"];
+        for line in columns(&header, &lagged, |col| col == 0) {
+            outln!("{line}");
+        }
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Observation {
     pub late_duplicates: u64,
     /// Dedup records live now.
     pub live_rows: u64,
+    /// Inbox mode: for each event delivered from the queue, its time from receipt to delivery
+    /// (the queue lag the source's `queue_lag` must cover).
+    pub queue_lags: Vec<Duration>,
     /// The period observed.
     pub period: Duration,
 }
@@ -59,9 +62,15 @@ impl Tally {
                 gaps: Vec::new(),
                 late_duplicates: 0,
                 live_rows: 0,
+                queue_lags: Vec::new(),
                 period: Duration::ZERO,
             });
         match outcome {
+            // An inbox delivery's completion carries its queue lag.
+            HistoryOutcome::Completed if gap.is_some() => {
+                obs.queue_lags.extend(gap);
+                return;
+            }
             // Not deliveries: what became of one later.
             HistoryOutcome::Completed
             | HistoryOutcome::Released
@@ -113,7 +122,20 @@ pub struct Advice {
     pub ttl: Duration,
     pub retry_window: Duration,
     pub recommended_ttl: Duration,
+    /// Inbox mode: the observed queue lag (receipt to delivery), p50, p99 and max; `None`
+    /// without inbox deliveries in the period.
+    pub queue_lag: Option<QueueLag>,
+    /// The `queue_lag` margin the TTL allows for.
+    pub queue_lag_margin: Duration,
     pub verdict: Verdict,
+}
+
+/// The observed queue lag of an inbox source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLag {
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
 }
 
 /// The advisor's verdict on a source's TTL.
@@ -179,7 +201,17 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
         obs.first_receipts as f64 / obs.period.as_secs_f64()
     };
     let projected_rows = (rate * ttl.as_secs_f64()).round() as u64;
-    let verdict = if obs.deliveries == 0 {
+    let mut lags = obs.queue_lags.clone();
+    lags.sort_unstable();
+    let queue_lag = match (percentile(&lags, 0.5), percentile(&lags, 0.99), lags.last()) {
+        (Some(p50), Some(p99), Some(max)) => Some(QueueLag {
+            p50,
+            p99,
+            max: *max,
+        }),
+        _ => None,
+    };
+    let verdict = if obs.deliveries == 0 && queue_lag.is_none() {
         Verdict::NoData
     } else if obs.late_duplicates > 0 {
         Verdict::TooShort {
@@ -191,6 +223,16 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
     } else if p99.is_some_and(|p| p.as_secs_f64() > 0.8 * ttl.as_secs_f64()) {
         Verdict::TooShort {
             why: "p99 gap above 80% of the TTL".into(),
+        }
+    } else if let Some(lag) = queue_lag.filter(|l| l.max > contract.queue_lag) {
+        // Past the queue_lag margin, a sender's retry can outlive the record while its event
+        // still waits in the queue.
+        Verdict::TooShort {
+            why: format!(
+                "observed queue lag up to {} eats the queue_lag margin of {}",
+                crate::time::Human(lag.max),
+                crate::time::Human(contract.queue_lag)
+            ),
         }
     } else if ttl > recommended_ttl.saturating_mul(4) {
         Verdict::TooLong
@@ -211,6 +253,8 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
         ttl,
         retry_window: contract.retry_window,
         recommended_ttl,
+        queue_lag,
+        queue_lag_margin: contract.queue_lag,
         verdict,
     }
 }
@@ -218,6 +262,35 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_lag_past_its_margin_makes_the_ttl_too_short() {
+        let mut t = Tally::default();
+        let src = SourceName::new("shop").unwrap();
+        t.add(src.clone(), HistoryOutcome::Claimed, None);
+        for s in [1, 2, 90_000] {
+            t.add(src.clone(), HistoryOutcome::Completed, Some(secs(s)));
+        }
+        // A forward-mode completion carries no gap: not a lag.
+        t.add(src.clone(), HistoryOutcome::Completed, None);
+        let obs = t.finish(secs(3_600)).remove(0);
+        assert_eq!(obs.queue_lags.len(), 3);
+        assert_eq!(obs.deliveries, 1, "completions are not deliveries");
+        let a = advise(&obs, &contract(), secs(7 * D));
+        let lag = a.queue_lag.unwrap();
+        assert_eq!((lag.p50, lag.max), (secs(2), secs(90_000)));
+        assert!(
+            matches!(&a.verdict, Verdict::TooShort { why } if why.contains("queue lag")),
+            "{:?}",
+            a.verdict
+        );
+        let mut quick = obs.clone();
+        quick.queue_lags = vec![secs(5)];
+        assert_eq!(
+            advise(&quick, &contract(), secs(7 * D)).verdict,
+            Verdict::Ok
+        );
+    }
 
     const S: u64 = 1;
     const H: u64 = 3_600;
@@ -239,6 +312,7 @@ mod tests {
     fn obs(gaps: Vec<Duration>, late: u64) -> Observation {
         Observation {
             source: SourceName::new("stripe-live").unwrap(),
+            queue_lags: Vec::new(),
             deliveries: 1_000 + gaps.len() as u64,
             first_receipts: 1_000,
             gaps,

@@ -187,12 +187,25 @@ fn append(
     now: Timestamp,
     note: Option<&str>,
 ) -> rusqlite::Result<()> {
+    append_gap(conn, key, outcome, attempt, now, note, None)
+}
+
+/// As [`append`], with the row's gap (a delivery's time since receipt: the queue lag).
+fn append_gap(
+    conn: &Connection,
+    key: &Key,
+    outcome: HistoryOutcome,
+    attempt: u32,
+    now: Timestamp,
+    note: Option<&str>,
+    gap_ms: Option<i64>,
+) -> rusqlite::Result<()> {
     let fingerprint = read_record(conn, key)?.and_then(|r| r.fingerprint);
     let row = Row {
         outcome,
         processed: outcome == HistoryOutcome::Completed,
         attempt: Some(attempt),
-        gap_ms: None,
+        gap_ms,
         fingerprint: fingerprint.as_ref(),
         note,
     };
@@ -242,22 +255,26 @@ pub(crate) fn delivered(
 ) -> Result<(), StoreError> {
     report(item, "complete", || {
         // The headers and attempts go with it (ON DELETE CASCADE).
-        let Some(key) = conn
+        let Some((key, received_at)) = conn
             .prepare_cached(&format!(
-                "DELETE FROM inbox_items WHERE {FENCE} RETURNING source, event_id"
+                "DELETE FROM inbox_items WHERE {FENCE} RETURNING source, event_id, received_at"
             ))?
-            .query_row(params![item.id, item.attempt], |r| key_at(r, 0, 1))
+            .query_row(params![item.id, item.attempt], |r| {
+                Ok((key_at(r, 0, 1)?, r.get::<_, i64>(2)?))
+            })
             .optional()?
         else {
             return Ok(false);
         };
-        append(
+        // The gap of a delivered item: its time in the queue and on the way (the queue lag).
+        append_gap(
             conn,
             &key,
             HistoryOutcome::Completed,
             item.attempt,
             now,
             None,
+            Some((now.as_millis() - received_at).max(0)),
         )?;
         Ok(true)
     })

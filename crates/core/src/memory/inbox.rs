@@ -76,6 +76,19 @@ impl State {
         now: Timestamp,
         note: Option<&str>,
     ) {
+        self.append_inbox_gap(key, outcome, attempt, now, note, None);
+    }
+
+    /// As [`State::append_inbox`], with the row's gap (a delivery's time since receipt).
+    fn append_inbox_gap(
+        &mut self,
+        key: &Key,
+        outcome: HistoryOutcome,
+        attempt: u32,
+        now: Timestamp,
+        note: Option<&str>,
+        gap: Option<Duration>,
+    ) {
         let fingerprint = self.records.get(key).and_then(|r| r.fingerprint);
         self.append(
             key,
@@ -84,7 +97,7 @@ impl State {
                 processed: outcome == HistoryOutcome::Completed,
                 attempt: Some(attempt),
                 at: now,
-                gap: None,
+                gap,
                 fingerprint,
                 note: note.map(str::to_owned),
             },
@@ -178,12 +191,14 @@ impl Inbox for MemoryStore {
         let mut st = self.state();
         st.held(&item)?;
         let gone = st.items.remove(&item.id).expect("held just now");
-        st.append_inbox(
+        // The gap of a delivered item: its time in the queue and on the way (the queue lag).
+        st.append_inbox_gap(
             &gone.key,
             HistoryOutcome::Completed,
             item.attempt,
             now,
             None,
+            Some(now.since(gone.received_at)),
         );
         Ok(())
     }

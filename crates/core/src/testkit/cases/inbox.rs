@@ -4,6 +4,7 @@
 use super::*;
 use crate::inbox::{Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken};
 use crate::key::SourceName;
+use std::time::Duration;
 
 fn source() -> SourceName {
     SourceName::new(format!("inbox-{:016x}", crate::machine::nonce())).expect("valid name")
@@ -270,6 +271,11 @@ where
             (HistoryOutcome::Completed, true, Some(1))
         ]
     );
+    // The completion carries the queue lag (receipt to delivery) as its gap, for the advisor.
+    let lag = view.history[1]
+        .gap
+        .expect("the completion's gap is its queue lag");
+    assert!(lag < Duration::from_secs(60), "{lag:?}");
     assert_eq!(stats_of(&store, &src).await, None, "nothing left to count");
     assert!(take(&store, &src, 10, LONG_LEASE).await.is_empty());
     assert!(
