@@ -81,7 +81,7 @@ pub async fn inbox_kill(ctx: &Ctx, name: &'static str, store: Store) -> anyhow::
         run.kill_and_restart(1, down).await?;
     }
     run.settle(SECS(15)).await?;
-    run.drain_inbox(SECS(60)).await?;
+    run.drain_inbox(SECS(30)).await?;
     run.finish().await
 }
 
@@ -101,7 +101,7 @@ pub async fn inbox_multi_postgres(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.reach(0.4).await?;
     run.kill_and_restart(2, MS(300)).await?;
     run.settle(SECS(15)).await?;
-    run.drain_inbox(SECS(60)).await?;
+    run.drain_inbox(SECS(30)).await?;
     let mut v = run.finish().await?;
     for g in 1..=3 {
         if !run
