@@ -86,6 +86,10 @@ struct State {
     seed: u64,
     behavior: Mutex<Behavior>,
     requests: AtomicU64,
+    /// Requests of this run's events whose handler has not answered yet.
+    in_hand: AtomicU64,
+    /// When the last of them arrived or was answered (run microseconds).
+    last: AtomicU64,
     records: Mutex<Vec<Processing>>,
     /// Requests that did not name one of this run's events or a gateway path.
     foreign: Mutex<Vec<String>>,
@@ -117,6 +121,8 @@ impl Downstream {
             seed,
             behavior: Mutex::new(behavior),
             requests: AtomicU64::new(0),
+            in_hand: AtomicU64::new(0),
+            last: AtomicU64::new(0),
             records: Mutex::default(),
             foreign: Mutex::default(),
         });
@@ -155,6 +161,14 @@ impl Downstream {
     pub fn foreign(&self) -> Vec<String> {
         lock(&self.state.foreign).clone()
     }
+
+    /// No handler at work, and none arrived or answered for `for_at_least`.
+    pub fn quiet(&self, for_at_least: Duration) -> bool {
+        let s = &self.state;
+        s.in_hand.load(Ordering::SeqCst) == 0
+            && s.clock.now().saturating_sub(s.last.load(Ordering::SeqCst))
+                >= for_at_least.as_micros() as u64
+    }
 }
 
 impl Drop for Downstream {
@@ -188,6 +202,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Byte
     if req.into_body().collect().await.is_err() {
         return reply(400);
     }
+    state.in_hand.fetch_add(1, Ordering::SeqCst);
+    state.last.fetch_max(received, Ordering::SeqCst);
     let behavior = *lock(&state.behavior);
     let n = state.requests.fetch_add(1, Ordering::Relaxed);
     let mut rng = Rng::stream(state.seed, 0xD0_57, n);
@@ -214,6 +230,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Byte
             answered,
             status,
         });
+        state.last.fetch_max(answered, Ordering::SeqCst);
+        state.in_hand.fetch_sub(1, Ordering::SeqCst);
         status
     });
     reply(work.await.unwrap_or(500))

@@ -29,15 +29,35 @@ pub struct SourceSpec {
     pub forward_timeout: Duration,
     /// The TTL: the retry window, with queue lag, clock skew and replay margin at zero.
     pub ttl: Duration,
+    /// Inbox mode: the source queues and its dispatcher delivers (`None`: forward mode).
+    pub inbox: Option<InboxSpec>,
+}
+
+/// An inbox source's `[source.dispatch]`. Its `timeout` is the source's `forward_timeout` and its
+/// `max_age` the TTL: with `queue_lag = "0s"` the default `max_age` would dead-letter every
+/// item at its first failure.
+#[derive(Debug, Clone)]
+pub struct InboxSpec {
+    /// Deliveries in flight at once, per gateway.
+    pub concurrency: u32,
+}
+
+impl InboxSpec {
+    /// The dispatcher's lease on an item it takes: as `idemgate_gateway::dispatch` computes it
+    /// from the delivery timeout.
+    pub fn lease(timeout: Duration) -> Duration {
+        timeout.saturating_mul(2) + Duration::from_secs(5)
+    }
 }
 
 /// A SIGKILL: which process, when it was sent and when the process was gone (run
-/// microseconds).
+/// microseconds), and when the gateway's next incarnation was started, if it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kill {
     pub via: Via,
     pub at: u64,
     pub dead: u64,
+    pub restarted: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -126,6 +146,23 @@ impl Gateway {
 
     fn config(&self) -> String {
         let h = |d: Duration| humantime::format_duration(d).to_string();
+        let inbox = match &self.source.inbox {
+            None => String::new(),
+            Some(i) => format!(
+                r#"mode = "inbox"
+
+[source.dispatch]
+concurrency = {concurrency}
+timeout = "{timeout}"
+max_age = "{ttl}"
+backoff = "100ms"
+max_backoff = "1s"
+"#,
+                concurrency = i.concurrency,
+                timeout = h(self.source.forward_timeout),
+                ttl = h(self.source.ttl),
+            ),
+        };
         format!(
             r#"listen = "127.0.0.1:{port}"
 instance = "g{index}"
@@ -147,7 +184,7 @@ queue_lag = "0s"
 clock_skew = "0s"
 replay_margin = "0s"
 late_duplicates = "flag"
-"#,
+{inbox}"#,
             port = self.port,
             index = self.index,
             store = self.store_toml,
@@ -157,6 +194,44 @@ late_duplicates = "flag"
             lease = h(self.source.lease),
             ttl = h(self.source.ttl),
         )
+    }
+
+    /// The config of the current (or last) incarnation.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir
+            .join(format!("g{}-r{}.toml", self.index, self.incarnation))
+    }
+
+    /// Runs `idemgate {args} --config {the last incarnation's config}` and returns its stdout.
+    ///
+    /// # Errors
+    /// When it cannot run or exits non-zero (with its stderr).
+    pub async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("IDEMGATE_") {
+                cmd.env_remove(key);
+            }
+        }
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .context("idemgate did not exit within 30 s")?
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        if !out.status.success() {
+            bail!(
+                "idemgate {} exited with {}: {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Starts a new incarnation without waiting for it.
@@ -169,7 +244,7 @@ late_duplicates = "flag"
         }
         self.incarnation += 1;
         let name = format!("g{}-r{}", self.index, self.incarnation);
-        let config = self.dir.join(format!("{name}.toml"));
+        let config = self.config_path();
         std::fs::write(&config, self.config())
             .with_context(|| format!("writing {}", config.display()))?;
         let log = self.dir.join(format!("{name}.log"));
@@ -259,6 +334,7 @@ late_duplicates = "flag"
             via: self.via(),
             at,
             dead,
+            restarted: None,
         })
     }
 

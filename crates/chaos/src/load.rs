@@ -6,7 +6,8 @@
 //! every sender does) and retried on any non-2xx answer, a connection error or a timeout, after
 //! an exponential backoff with full jitter capped at `backoff_cap`, until a 2xx or its deadline:
 //! the scenario's (set once the faults are over, plus a settle time) or, where the scenario says,
-//! the event's own retry window. Attempts go round-robin over the gateways.
+//! the event's own retry window. Attempts go round-robin over the gateways. An inbox source's
+//! `queued` (202) is an answer like any 2xx: the sender stops, the gateway delivers.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -50,6 +51,8 @@ pub enum Outcome {
     LateDuplicate,
     Conflict,
     Accepted,
+    /// Inbox mode: claimed and queued (202); the dispatcher delivers it.
+    Queued,
     InFlight,
     ForwardFailed,
     ForwardTimeout,
@@ -69,6 +72,7 @@ impl Outcome {
             "late_duplicate" => Self::LateDuplicate,
             "conflict" => Self::Conflict,
             "accepted" => Self::Accepted,
+            "queued" => Self::Queued,
             "in_flight" => Self::InFlight,
             "forward_failed" => Self::ForwardFailed,
             "forward_timeout" => Self::ForwardTimeout,
@@ -85,6 +89,7 @@ impl Outcome {
             Self::LateDuplicate => "late_duplicate",
             Self::Conflict => "conflict",
             Self::Accepted => "accepted",
+            Self::Queued => "queued",
             Self::InFlight => "in_flight",
             Self::ForwardFailed => "forward_failed",
             Self::ForwardTimeout => "forward_timeout",
@@ -113,8 +118,10 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The sender is done with the delivery: any 2xx, `queued` (202) included, since the
+    /// gateway then owns getting it to the downstream.
     pub fn acked(&self) -> bool {
-        (200..300).contains(&self.status)
+        self.outcome == Outcome::Queued || (200..300).contains(&self.status)
     }
 }
 

@@ -2,9 +2,10 @@
 //!
 //! Sends M events x K deliveries through real `idemgate serve` processes to a counting
 //! downstream while killing gateways, restarting PostgreSQL and Redis, flushing and starving
-//! Redis, sweeping aggressively and breaking the downstream; then lets the senders retry as real
-//! senders do and prints a verdict per scenario: events lost, events processed twice, and for
-//! each second processing the proof that it was in flight at a SIGKILL (or that it was not).
+//! Redis, sweeping aggressively, breaking the downstream and killing inbox dispatchers with a
+//! backlog queued; then lets the senders retry as real senders do and prints a verdict per
+//! scenario: events lost, events processed twice, and for each second processing the proof that
+//! it was in flight at a SIGKILL (or that it was not).
 //!
 //! # Layout
 //!
@@ -104,6 +105,12 @@ enum Command {
     Downstream,
     /// Crash recovery time after a SIGKILL, against --recovery-target.
     Recovery,
+    /// Inbox mode (SQLite): SIGKILL of the gateway three times with a backlog queued; drained.
+    InboxKillSqlite,
+    /// Inbox mode (PostgreSQL): SIGKILL of the gateway three times with a backlog queued; drained.
+    InboxKillPostgres,
+    /// Inbox mode: three gateways sharing one PostgreSQL queue, one SIGKILLed; drained.
+    InboxMultiPostgres,
 }
 
 const ORDER: &[Command] = &[
@@ -116,6 +123,9 @@ const ORDER: &[Command] = &[
     Command::Sweeper,
     Command::Downstream,
     Command::Recovery,
+    Command::InboxKillSqlite,
+    Command::InboxKillPostgres,
+    Command::InboxMultiPostgres,
 ];
 
 /// Sizes of every scenario's load.
@@ -322,6 +332,9 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
         Command::Sweeper => vec![("sweeper", "sqlite")],
         Command::Downstream => vec![("downstream", "sqlite")],
         Command::Recovery => vec![("recovery", "sqlite")],
+        Command::InboxKillSqlite => vec![("inbox-kill-sqlite", "sqlite, inbox")],
+        Command::InboxKillPostgres => vec![("inbox-kill-postgres", "postgres, inbox")],
+        Command::InboxMultiPostgres => vec![("inbox-multi-postgres", "3 x postgres, inbox")],
     };
     for (name, store) in runs {
         eprintln!("== {name} ({store})");
@@ -338,7 +351,10 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
             "redis-tier" => scenarios::redis_tier(ctx).await,
             "sweeper" => scenarios::sweeper(ctx).await,
             "downstream" => scenarios::downstream(ctx).await,
-            _ => scenarios::recovery(ctx).await,
+            "recovery" => scenarios::recovery(ctx).await,
+            "inbox-kill-sqlite" => scenarios::inbox_kill(ctx, name, Store::Sqlite).await,
+            "inbox-kill-postgres" => scenarios::inbox_kill(ctx, name, Store::Postgres).await,
+            _ => scenarios::inbox_multi_postgres(ctx).await,
         };
         let ended = match result {
             Ok(v) => Ended::Judged(v),

@@ -16,9 +16,9 @@ use anyhow::Context;
 use crate::Ctx;
 use crate::clock::{Clock, ms};
 use crate::downstream::{Behavior, Downstream, Processing};
-use crate::gateway::{Env, Gateway, Kill, LogSummary, SourceSpec};
+use crate::gateway::{Env, Gateway, InboxSpec, Kill, LogSummary, SOURCE, SourceSpec};
 use crate::load::{Answer, LoadSpec, Senders};
-use crate::verdict::{self, Verdict};
+use crate::verdict::{self, Delivery, Verdict};
 
 #[derive(Debug)]
 pub struct Run<'a> {
@@ -43,6 +43,45 @@ pub struct Run<'a> {
     /// What the downstream handled and what the senders heard (after [`Run::finish`]).
     pub processings: Vec<Processing>,
     pub answers: Vec<Answer>,
+    /// Inbox mode: how [`Run::drain_inbox`] ended (`None` until it ran).
+    drained: Option<Result<String, String>>,
+    /// Inbox mode: the queue just before each SIGKILL of [`Run::kill_and_restart`].
+    backlogs: Vec<Queue>,
+}
+
+/// An inbox source's queue, as one gateway's `/metrics` shows it (the store's, so the same
+/// from every gateway on one PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queue {
+    pub pending: f64,
+    pub in_flight: f64,
+    pub dead: f64,
+    pub oldest_pending_s: f64,
+}
+
+impl Queue {
+    /// From a `/metrics` text; a queue with no item has no sample, which reads as zero.
+    pub fn read(metrics: &str) -> Self {
+        let label = format!("source=\"{SOURCE}\"");
+        // `+ 0.0`: an empty sum is -0.0.
+        let m = |name: &str| crate::http::metric(metrics, name, &label) + 0.0;
+        Self {
+            pending: m("idemgate_inbox_pending"),
+            in_flight: m("idemgate_inbox_in_flight"),
+            dead: m("idemgate_inbox_dead"),
+            oldest_pending_s: m("idemgate_inbox_oldest_pending_seconds"),
+        }
+    }
+}
+
+impl std::fmt::Display for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} pending, {} in flight, {} dead, oldest pending {:.1} s",
+            self.pending, self.in_flight, self.dead, self.oldest_pending_s
+        )
+    }
 }
 
 impl Drop for Run<'_> {
@@ -86,6 +125,8 @@ impl<'a> Run<'a> {
             metrics: Vec::new(),
             processings: Vec::new(),
             answers: Vec::new(),
+            drained: None,
+            backlogs: Vec::new(),
         })
     }
 
@@ -208,16 +249,94 @@ impl<'a> Run<'a> {
         index: u8,
         down_for: Duration,
     ) -> anyhow::Result<(Kill, u64)> {
+        let queue = match self.source.inbox {
+            Some(_) => self.queue(index).await,
+            None => None,
+        };
         let g = self.gateway(index)?;
-        let kill = g.kill().await.context("the gateway was not running")?;
-        self.kills.push(kill);
-        self.note(format!("SIGKILL {}", kill.via));
+        let mut kill = g.kill().await.context("the gateway was not running")?;
+        self.backlogs.extend(queue);
+        let queue = queue
+            .map(|q| format!(" (inbox just before: {q})"))
+            .unwrap_or_default();
+        self.note(format!("SIGKILL {}{queue}", kill.via));
         tokio::time::sleep(down_for).await;
+        kill.restarted = Some(self.clock().now());
+        self.kills.push(kill);
         let g = self.gateway(index)?;
         let ready = g.start().await?;
         let via = g.via();
         self.note(format!("{via} ready (restarted)"));
         Ok((kill, ready))
+    }
+
+    /// The inbox queue as gateway `index` shows it, if it answers.
+    pub async fn queue(&mut self, index: u8) -> Option<Queue> {
+        let g = self.gateway(index).ok()?;
+        g.metrics().await.as_deref().map(Queue::read)
+    }
+
+    /// Inbox mode, once the load ended: waits until the queue shows nothing pending or in flight
+    /// and the downstream has been quiet for a while. It gives up when the downstream has got
+    /// nothing for `stall` while the queue is not empty (a dispatcher retries within its
+    /// `max_backoff`, 1 s here), or after 10 minutes whatever happens. How it ended goes into
+    /// the verdict ([`Run::finish`]); a queue not drained fails the scenario.
+    ///
+    /// # Errors
+    /// When the load task failed.
+    pub async fn drain_inbox(&mut self, stall: Duration) -> anyhow::Result<()> {
+        self.wait_load().await?;
+        let quiet = Duration::from_millis(300);
+        let from = self.clock().now();
+        let cap = Duration::from_secs(600);
+        let deadline = self.clock().after(cap);
+        let indexes: Vec<u8> = self.gateways.iter().map(|g| g.index).collect();
+        let mut last: Option<Queue> = None;
+        let mut oldest = 0.0_f64;
+        loop {
+            let mut seen = None;
+            for &i in &indexes {
+                if self.gateway(i).is_ok_and(|g| g.is_running())
+                    && let Some(q) = self.queue(i).await
+                {
+                    seen = Some(q);
+                    break;
+                }
+            }
+            if let Some(q) = seen {
+                oldest = oldest.max(q.oldest_pending_s);
+                if q.pending + q.in_flight == 0.0 && self.downstream.quiet(quiet) {
+                    let took = self.clock().now() - from;
+                    self.note(format!("inbox drained ({q})"));
+                    self.drained = Some(Ok(format!(
+                        "the inbox drained {} after every delivery ended (oldest pending item meanwhile {oldest:.1} s old)",
+                        ms(took)
+                    )));
+                    return Ok(());
+                }
+                last = Some(q);
+            }
+            let stalled = self.downstream.quiet(stall);
+            if stalled || self.clock().now() >= deadline {
+                let what = last.map_or("no gateway answered /metrics".to_owned(), |q| {
+                    format!("the queue showed {q}")
+                });
+                let why = if stalled {
+                    format!(
+                        "the downstream got nothing for {} while it was not empty",
+                        humantime::format_duration(stall)
+                    )
+                } else {
+                    format!("not within {}", humantime::format_duration(cap))
+                };
+                self.note(format!("inbox not drained: {why}"));
+                self.drained = Some(Err(format!(
+                    "the inbox did not drain after every delivery ended ({why}): {what}"
+                )));
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn gateway(&mut self, index: u8) -> anyhow::Result<&mut Gateway> {
@@ -276,6 +395,12 @@ impl<'a> Run<'a> {
         let sent = self.senders()?.take();
         self.processings = self.downstream.records();
         self.answers = sent.answers;
+        let delivery = match self.source.inbox {
+            None => Delivery::Forward,
+            Some(_) => Delivery::Inbox {
+                lease_us: InboxSpec::lease(self.source.forward_timeout).as_micros() as u64,
+            },
+        };
         let mut v = verdict::judge(
             self.events,
             &self.processings,
@@ -283,7 +408,11 @@ impl<'a> Run<'a> {
             &self.kills,
             &sent.unacked,
             Some(self.source.ttl.as_micros() as u64),
+            delivery,
         );
+        if self.source.inbox.is_some() {
+            self.judge_inbox(&mut v).await;
+        }
         let mut timeline = std::mem::take(&mut self.timeline);
         timeline.sort_by_key(|(at, _)| *at);
         v.notes.extend(
@@ -326,6 +455,61 @@ impl<'a> Run<'a> {
             v.logged.push(format!("{message} (x{n})"));
         }
         Ok(v)
+    }
+
+    /// Inbox mode: the drain, and no dead letter (the scenarios' downstreams never fail for long
+    /// and `max_age` is the TTL, so any dead letter is a finding: listed with its attempts).
+    async fn judge_inbox(&mut self, v: &mut Verdict) {
+        match self.drained.take() {
+            Some(Ok(note)) => v.notes.push(note),
+            Some(Err(failure)) => v.failures.push(failure),
+            None => v
+                .failures
+                .push("the scenario never waited for the inbox to drain".into()),
+        }
+        // Every gateway shows the store's one queue: the last scrape of any of them.
+        let Some(queue) = self
+            .metrics
+            .iter()
+            .map(|m| Queue::read(m))
+            .reduce(|a, b| if b.dead > a.dead { b } else { a })
+        else {
+            v.failures
+                .push("no gateway answered /metrics at the end: dead letters not counted".into());
+            return;
+        };
+        v.notes.push(format!("inbox at the end: {queue}"));
+        if !self.kills.is_empty() && self.backlogs.iter().all(|q| q.pending == 0.0) {
+            v.failures.push(
+                "nothing was pending in the inbox at any SIGKILL: the scenario did not kill a gateway with a backlog"
+                    .into(),
+            );
+        }
+        let mut by: std::collections::BTreeMap<crate::downstream::Via, usize> =
+            std::collections::BTreeMap::new();
+        for p in self.processings.iter().filter(|p| p.processed()) {
+            *by.entry(p.via).or_default() += 1;
+        }
+        let by: Vec<String> = by.iter().map(|(via, n)| format!("{via} {n}")).collect();
+        v.notes.push(format!(
+            "deliveries processed, by process: {}",
+            by.join(", ")
+        ));
+        if queue.dead > 0.0 {
+            let listed = match self.gateways.first() {
+                Some(g) => g
+                    .cli(&["dead-letters", "--source", SOURCE])
+                    .await
+                    .unwrap_or_else(|e| format!("(cannot list them: {e:#})")),
+                None => String::new(),
+            };
+            let lines: Vec<&str> = listed.lines().take(20).collect();
+            v.failures.push(format!(
+                "{} dead letters (idemgate_inbox_dead): {}",
+                queue.dead,
+                lines.join(" / ")
+            ));
+        }
     }
 
     /// What every incarnation of every gateway logged.

@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::Ctx;
 use crate::clock::ms;
 use crate::downstream::Behavior;
-use crate::gateway::SourceSpec;
+use crate::gateway::{InboxSpec, SourceSpec};
 use crate::redis::{Cluster, RedisServer};
 use crate::run::{Run, postgres_store, sqlite_store};
 use crate::verdict::Verdict;
@@ -27,6 +27,7 @@ fn short_lease() -> SourceSpec {
         lease: SECS(2),
         forward_timeout: SECS(1),
         ttl: SECS(600),
+        inbox: None,
     }
 }
 
@@ -46,6 +47,74 @@ pub async fn kill(ctx: &Ctx, name: &'static str, store: Store) -> anyhow::Result
     }
     run.settle(SECS(15)).await?;
     run.finish().await
+}
+
+/// A downstream that takes 30-90 ms per request: the dispatchers deliver slower than the
+/// senders are acknowledged, so the inbox backs up.
+fn slowish() -> Behavior {
+    Behavior::normal((MS(30), MS(90)))
+}
+
+/// An inbox source whose dispatcher delivers `concurrency` at once per gateway (timeout 1 s,
+/// `max_age` the 600 s TTL).
+fn inbox_source(concurrency: u32) -> SourceSpec {
+    SourceSpec {
+        inbox: Some(InboxSpec { concurrency }),
+        ..short_lease()
+    }
+}
+
+/// Inbox mode: the senders are answered `queued` at once while the dispatcher (4 at a time)
+/// delivers to a slowish downstream; the gateway is SIGKILLed at 20%, 45% and 70% of the load
+/// (a backlog queued) and restarted after 100-400 ms. Then the inbox must drain.
+pub async fn inbox_kill(ctx: &Ctx, name: &'static str, store: Store) -> anyhow::Result<Verdict> {
+    let mut run = Run::new(ctx, name, inbox_source(4), slowish()).await?;
+    let toml = store.toml(ctx, &run).await?;
+    run.add_gateways(1, &toml)?;
+    run.start_gateways().await?;
+    let spec = run.spec();
+    run.load(spec);
+    let mut rng = crate::rng::Rng::stream(ctx.seed, 0x1B0C, 0);
+    for at in [0.2, 0.45, 0.7] {
+        run.reach(at).await?;
+        let down = rng.duration(MS(100), MS(400));
+        run.kill_and_restart(1, down).await?;
+    }
+    run.settle(SECS(15)).await?;
+    run.drain_inbox(SECS(30)).await?;
+    run.finish().await
+}
+
+/// Inbox mode on three gateways sharing one private PostgreSQL queue (their own instance
+/// names, 2 deliveries at once each), deliveries round-robin, g2 SIGKILLed at 40% and
+/// restarted after 300 ms. Then the inbox must drain, every gateway having delivered.
+pub async fn inbox_multi_postgres(ctx: &Ctx) -> anyhow::Result<Verdict> {
+    let mut run = Run::new(ctx, "inbox-multi-postgres", inbox_source(2), slowish()).await?;
+    let pg = ctx.postgres().await?;
+    run.add_gateways(
+        3,
+        &postgres_store(&pg.url(), &schema(&run), "batched", SECS(60)),
+    )?;
+    run.start_gateways().await?;
+    let spec = run.spec();
+    run.load(spec);
+    run.reach(0.4).await?;
+    run.kill_and_restart(2, MS(300)).await?;
+    run.settle(SECS(15)).await?;
+    run.drain_inbox(SECS(30)).await?;
+    let mut v = run.finish().await?;
+    for g in 1..=3 {
+        if !run
+            .processings
+            .iter()
+            .any(|p| p.via.gateway == g && p.processed())
+        {
+            v.failures.push(format!(
+                "g{g} delivered nothing: the gateways did not share the queue"
+            ));
+        }
+    }
+    Ok(v)
 }
 
 /// Which store a scenario's gateways use.
@@ -87,6 +156,7 @@ fn short_ttl() -> ShortTtl {
             lease: MS(1_500),
             forward_timeout: MS(700),
             ttl: SECS(6),
+            inbox: None,
         },
         window: SECS(4),
         timeout: SECS(2),
@@ -305,6 +375,7 @@ pub async fn sweeper(ctx: &Ctx) -> anyhow::Result<Verdict> {
             lease: SECS(1),
             forward_timeout: MS(500),
             ttl: SECS(3),
+            inbox: None,
         },
         window: MS(1_500),
         timeout: MS(1_500),
@@ -340,6 +411,7 @@ pub async fn downstream(ctx: &Ctx) -> anyhow::Result<Verdict> {
         lease: MS(1_500),
         forward_timeout: MS(500),
         ttl: SECS(600),
+        inbox: None,
     };
     let mut run = Run::new(ctx, "downstream", source, quick()).await?;
     run.add_gateways(1, &sqlite_store(&run.dir, SECS(60)))?;
@@ -394,6 +466,7 @@ pub async fn recovery(ctx: &Ctx) -> anyhow::Result<Verdict> {
         lease: SECS(30),
         forward_timeout: SECS(5),
         ttl: SECS(600),
+        inbox: None,
     };
     let lease = source.lease;
     let mut run = Run::new(ctx, "recovery", source, quick()).await?;
@@ -408,14 +481,15 @@ pub async fn recovery(ctx: &Ctx) -> anyhow::Result<Verdict> {
     run.note("downstream slow (0.6-1.5 s)");
     tokio::time::sleep(MS(800)).await;
     let before = run.gateway(1)?.via();
-    let kill = run
+    let mut kill = run
         .gateway(1)?
         .kill()
         .await
         .context("the gateway was not running")?;
-    run.kills.push(kill);
     run.note(format!("SIGKILL {before}"));
     run.downstream.set(quick());
+    kill.restarted = Some(run.clock().now());
+    run.kills.push(kill);
     let ready = run.gateway(1)?.start().await?;
     let after = run.gateway(1)?.via();
     run.note(format!("{after} ready (restarted)"));

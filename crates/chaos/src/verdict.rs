@@ -14,6 +14,17 @@
 //!   that lapsed, or an instance freeing its own claims), not claimed afresh as if the first had
 //!   never happened.
 //!
+//! An inbox source's events are delivered by the gateway's dispatcher, not while a sender
+//! waits, so no sender is told anything about a processing. There the downstream's own record
+//! stands in: a second processing is explained when
+//! - the processing before it was delivered by a process SIGKILLed later, and reached the
+//!   downstream before the process died;
+//! - the downstream answered it less than the dispatcher's lease before the kill (longer, and
+//!   the dispatcher had recorded the delivery, or taken the item again, while it was alive);
+//! - the next processing came after the gateway's restart (which frees the items its earlier
+//!   boot held), or after the lease lapsed: not while the killed process's lease still ran;
+//! - it carries `Idemgate-Attempt` 2 or more (the item taken over, not queued afresh).
+//!
 //! Anything else processed twice is unexplained, and fails the scenario.
 
 use std::collections::BTreeMap;
@@ -21,6 +32,16 @@ use std::collections::BTreeMap;
 use crate::downstream::Processing;
 use crate::gateway::Kill;
 use crate::load::{Answer, Outcome};
+
+/// How the scenario's source gets events to the downstream: what can explain a second
+/// processing depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The gateway forwards while the sender waits, and tells the sender how it went.
+    Forward,
+    /// The gateway queues; its dispatcher delivers under a lease of `lease_us`.
+    Inbox { lease_us: u64 },
+}
 
 /// An event processed more than once: one of its later processings and the one before it.
 #[derive(Debug, Clone)]
@@ -174,6 +195,7 @@ pub fn judge(
     kills: &[Kill],
     unacked: &[u32],
     ttl_us: Option<u64>,
+    delivery: Delivery,
 ) -> Verdict {
     let mut by_event: Vec<Vec<Processing>> = vec![Vec::new(); events as usize];
     for p in processings.iter().filter(|p| p.processed()) {
@@ -199,9 +221,13 @@ pub fn judge(
             _ => {
                 let told = told.get(&event).map_or(&[][..], Vec::as_slice);
                 for pair in list.windows(2) {
-                    verdict
-                        .doubles
-                        .push(classify(event, pair[0], pair[1], kills, told, ttl_us));
+                    let double = match delivery {
+                        Delivery::Forward => classify(event, pair[0], pair[1], kills, told, ttl_us),
+                        Delivery::Inbox { lease_us } => {
+                            classify_inbox(event, pair[0], pair[1], kills, ttl_us, lease_us)
+                        }
+                    };
+                    verdict.doubles.push(double);
                 }
             }
         }
@@ -235,6 +261,37 @@ pub fn judge(
     verdict
 }
 
+/// What the process wrote before it died may still sit in the downstream's socket buffer when
+/// it is reaped; anything arriving later than this after its death was not sent by it.
+const IN_TRANSIT_US: u64 = 100_000;
+
+impl Double {
+    /// Not judged yet: unexplained, no reason.
+    fn unjudged(event: u32, first: Processing, second: Processing) -> Self {
+        Self {
+            event,
+            first,
+            second,
+            kill: None,
+            told: None,
+            explained: false,
+            why: String::new(),
+        }
+    }
+}
+
+/// Why a second processing cannot be explained whatever else holds, if it came more than the
+/// TTL after the first.
+fn beyond_ttl(first: Processing, second: Processing, ttl_us: Option<u64>) -> Option<String> {
+    let gap = second.received.saturating_sub(first.received);
+    let ttl = ttl_us.filter(|&ttl| gap > ttl)?;
+    Some(format!(
+        "processed again {:.1} s after the first, beyond the TTL of {:.1} s: a delivery outside the sender's retry window",
+        gap as f64 / 1e6,
+        ttl as f64 / 1e6
+    ))
+}
+
 fn classify(
     event: u32,
     first: Processing,
@@ -243,24 +300,9 @@ fn classify(
     told: &[Answer],
     ttl_us: Option<u64>,
 ) -> Double {
-    let mut double = Double {
-        event,
-        first,
-        second,
-        kill: None,
-        told: None,
-        explained: false,
-        why: String::new(),
-    };
-    let gap = second.received.saturating_sub(first.received);
-    if let Some(ttl) = ttl_us
-        && gap > ttl
-    {
-        double.why = format!(
-            "processed again {:.1} s after the first, beyond the TTL of {:.1} s: a delivery outside the sender's retry window",
-            gap as f64 / 1e6,
-            ttl as f64 / 1e6
-        );
+    let mut double = Double::unjudged(event, first, second);
+    if let Some(why) = beyond_ttl(first, second, ttl_us) {
+        double.why = why;
         return double;
     }
     let kill = kills.iter().find(|k| k.via == first.via).copied();
@@ -284,9 +326,6 @@ fn classify(
             crate::clock::ms(a.at)
         )
     });
-    // What the process wrote before it died may still sit in the downstream's socket buffer when
-    // it is reaped; anything arriving later than this after its death was not sent by it.
-    const IN_TRANSIT_US: u64 = 100_000;
     double.why = match kill {
         None => format!(
             "{} forwarded the first and was never SIGKILLed{}",
@@ -308,6 +347,69 @@ fn classify(
         Some(_) => {
             double.explained = true;
             format!("in flight at the SIGKILL of {}", first.via)
+        }
+    };
+    double
+}
+
+/// An inbox delivery: no sender heard of it, so the downstream's record and the dispatcher's
+/// lease (`lease_us`) stand in for what the sender was told (see the module doc).
+fn classify_inbox(
+    event: u32,
+    first: Processing,
+    second: Processing,
+    kills: &[Kill],
+    ttl_us: Option<u64>,
+    lease_us: u64,
+) -> Double {
+    use crate::clock::ms;
+    let mut double = Double::unjudged(event, first, second);
+    if let Some(why) = beyond_ttl(first, second, ttl_us) {
+        double.why = why;
+        return double;
+    }
+    let kill = kills.iter().find(|k| k.via == first.via).copied();
+    double.kill = kill;
+    let gateway = first.via.gateway;
+    double.why = match kill {
+        None => format!("{} delivered the first and was never SIGKILLed", first.via),
+        Some(k) if first.received > k.dead + IN_TRANSIT_US => {
+            format!("the first arrived after {} was killed", first.via)
+        }
+        Some(k) if first.answered.saturating_add(lease_us) < k.at => format!(
+            "the downstream answered the first {} before {} was killed, longer than the dispatcher's lease ({}): the delivery was recorded (or the item taken again) while it was alive",
+            ms(k.at - first.answered),
+            first.via,
+            ms(lease_us)
+        ),
+        // The killed process's items are free again once its gateway boots again, or once
+        // their lease lapsed (taken before the first arrived, so by `first.received + lease`).
+        Some(k)
+            if second.received
+                < k.restarted
+                    .unwrap_or(u64::MAX)
+                    .min(first.received.saturating_add(lease_us)) =>
+        {
+            format!(
+                "processed again at {} by {}, before g{gateway} was restarted{} and within the killed process's lease: the item was taken again while {} held it",
+                ms(second.received),
+                second.via,
+                k.restarted
+                    .map(|r| format!(" (at {})", ms(r)))
+                    .unwrap_or_default(),
+                first.via
+            )
+        }
+        Some(_) if second.attempt < 2 => format!(
+            "the second is attempt {}: delivered afresh, not taken over",
+            second.attempt
+        ),
+        Some(_) => {
+            double.explained = true;
+            format!(
+                "in flight at the SIGKILL of {}: delivered before the kill, its result not recorded; delivered again once g{gateway} was restarted",
+                first.via
+            )
         }
     };
     double
@@ -356,7 +458,7 @@ mod tests {
             p(2, 1, via(1, 1), 100, 200),
             p(2, 1, via(1, 1), 300, 200),
         ];
-        let v = judge(3, &procs, &[], &[], &[], None);
+        let v = judge(3, &procs, &[], &[], &[], None, Delivery::Forward);
         assert_eq!(v.lost, [1]);
         assert_eq!(v.processed_once, 1);
         assert_eq!(
@@ -377,9 +479,10 @@ mod tests {
             via: via(1, 1),
             at: 150,
             dead: 160,
+            restarted: None,
         };
         let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 2_000, 200)];
-        let v = judge(1, &procs, &[], &[kill], &[], None);
+        let v = judge(1, &procs, &[], &[kill], &[], None, Delivery::Forward);
         assert_eq!((v.explained(), v.unexplained()), (1, 0));
         assert_eq!(v.doubles[0].kill, Some(kill));
         assert!(v.pass());
@@ -391,12 +494,13 @@ mod tests {
             via: via(1, 1),
             at: 150,
             dead: 160,
+            restarted: None,
         };
         let late = [
             p(0, 1, via(1, 1), 200_000, 200),
             p(0, 2, via(1, 2), 300_000, 200),
         ];
-        let v = judge(1, &late, &[], &[kill], &[], None);
+        let v = judge(1, &late, &[], &[kill], &[], None, Delivery::Forward);
         assert!(
             v.doubles[0].why.contains("after g1/r1 was killed"),
             "{}",
@@ -407,7 +511,7 @@ mod tests {
             p(0, 1, via(1, 1), 170, 200),
             p(0, 2, via(1, 2), 300_000, 200),
         ];
-        assert!(judge(1, &buffered, &[], &[kill], &[], None).pass());
+        assert!(judge(1, &buffered, &[], &[kill], &[], None, Delivery::Forward).pass());
     }
 
     #[test]
@@ -416,9 +520,10 @@ mod tests {
             via: via(1, 1),
             at: 150,
             dead: 160,
+            restarted: None,
         };
         let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 1, via(1, 2), 2_000, 200)];
-        let v = judge(1, &procs, &[], &[kill], &[], None);
+        let v = judge(1, &procs, &[], &[kill], &[], None, Delivery::Forward);
         assert_eq!(v.unexplained(), 1);
         assert!(v.doubles[0].why.contains("claimed afresh"));
     }
@@ -429,13 +534,14 @@ mod tests {
             via: via(2, 1),
             at: 500,
             dead: 510,
+            restarted: None,
         };
         let procs = [p(0, 1, via(2, 1), 100, 200), p(0, 2, via(3, 1), 2_000, 200)];
         // A forwarded answer from another gateway, or for another attempt, does not count.
         let unrelated = [forwarded(0, 3, 1, 200), forwarded(0, 2, 3, 200)];
-        assert!(judge(1, &procs, &unrelated, &[kill], &[], None).pass());
+        assert!(judge(1, &procs, &unrelated, &[kill], &[], None, Delivery::Forward).pass());
         let told = [forwarded(0, 2, 1, 200)];
-        let v = judge(1, &procs, &told, &[kill], &[], None);
+        let v = judge(1, &procs, &told, &[kill], &[], None, Delivery::Forward);
         assert_eq!(v.unexplained(), 1);
         assert_eq!(v.doubles[0].told, Some(told[0]));
     }
@@ -444,7 +550,7 @@ mod tests {
     fn told_forwarded_without_a_kill_is_named() {
         let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 1), 3_000, 200)];
         let told = [forwarded(0, 1, 1, 200)];
-        let v = judge(1, &procs, &told, &[], &[], None);
+        let v = judge(1, &procs, &told, &[], &[], None, Delivery::Forward);
         assert_eq!(v.doubles[0].told, Some(told[0]));
         assert!(
             v.doubles[0]
@@ -479,13 +585,14 @@ mod tests {
             via: via(1, 1),
             at: 150,
             dead: 160,
+            restarted: None,
         };
         let procs = [
             p(0, 2, via(1, 2), 2_000, 200),
             p(0, 1, via(1, 1), 100, 200),
             p(0, 3, via(1, 2), 4_000, 200),
         ];
-        let v = judge(1, &procs, &[], &[kill], &[], None);
+        let v = judge(1, &procs, &[], &[kill], &[], None, Delivery::Forward);
         assert_eq!(v.doubles.len(), 2);
         assert_eq!(
             (v.explained(), v.unexplained(), v.events_twice()),
@@ -499,10 +606,22 @@ mod tests {
             via: via(1, 1),
             at: 150,
             dead: 160,
+            restarted: None,
         };
         let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(1, 2), 5_000, 200)];
-        assert!(judge(1, &procs, &[], &[kill], &[], Some(10_000)).pass());
-        let v = judge(1, &procs, &[], &[kill], &[], Some(1_000));
+        assert!(
+            judge(
+                1,
+                &procs,
+                &[],
+                &[kill],
+                &[],
+                Some(10_000),
+                Delivery::Forward
+            )
+            .pass()
+        );
+        let v = judge(1, &procs, &[], &[kill], &[], Some(1_000), Delivery::Forward);
         assert_eq!(v.unexplained(), 1);
         assert!(
             v.doubles[0].why.contains("beyond the TTL"),
@@ -524,10 +643,140 @@ mod tests {
             &[],
             &[0, 0, 0],
             None,
+            Delivery::Forward,
         );
         assert_eq!((v.unacked_deliveries, v.unacked_events), (3, 1));
         assert_eq!(v.outcomes.get("forwarded"), Some(&1));
         assert_eq!(v.outcomes.get("http-418"), Some(&1));
         assert_eq!(v.attempts, 2);
+    }
+
+    const INBOX: Delivery = Delivery::Inbox { lease_us: 7_000 };
+
+    fn restarted_kill(gateway: u8, at: u64, restarted: u64) -> Kill {
+        Kill {
+            via: via(gateway, 1),
+            at,
+            dead: at + 10,
+            restarted: Some(restarted),
+        }
+    }
+
+    #[test]
+    fn an_inbox_redelivery_after_the_restart_is_explained() {
+        let kill = restarted_kill(1, 150, 400);
+        // Answered after the kill (the handler outlived the dispatcher), delivered again by the
+        // next boot, or by another gateway once the restart freed the item.
+        for second in [via(1, 2), via(3, 1)] {
+            let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, second, 450, 200)];
+            let v = judge(1, &procs, &[], &[kill], &[], None, INBOX);
+            assert_eq!((v.explained(), v.unexplained()), (1, 0), "{:?}", v.doubles);
+            assert!(
+                v.doubles[0]
+                    .why
+                    .contains("in flight at the SIGKILL of g1/r1")
+            );
+            assert_eq!(v.doubles[0].told, None);
+        }
+    }
+
+    #[test]
+    fn an_inbox_redelivery_needs_a_kill_of_the_first_sender() {
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 2, via(2, 1), 450, 200)];
+        let v = judge(
+            1,
+            &procs,
+            &[],
+            &[restarted_kill(2, 150, 400)],
+            &[],
+            None,
+            INBOX,
+        );
+        assert_eq!(v.unexplained(), 1);
+        assert!(
+            v.doubles[0]
+                .why
+                .contains("g1/r1 delivered the first and was never SIGKILLed"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn an_inbox_item_taken_again_while_the_killed_lease_ran_is_not_explained() {
+        let kill = restarted_kill(2, 150, 400);
+        // Another gateway delivered it between the kill and the restart, within the lease.
+        let procs = [p(0, 1, via(2, 1), 100, 200), p(0, 2, via(1, 1), 300, 200)];
+        let v = judge(1, &procs, &[], &[kill], &[], None, INBOX);
+        assert_eq!(v.unexplained(), 1);
+        assert!(
+            v.doubles[0].why.contains("before g2 was restarted"),
+            "{}",
+            v.doubles[0].why
+        );
+        // Never restarted: due again once the lease lapsed.
+        let kill = Kill {
+            restarted: None,
+            ..kill
+        };
+        let procs = [p(0, 1, via(2, 1), 100, 200), p(0, 2, via(1, 1), 7_200, 200)];
+        assert!(judge(1, &procs, &[], &[kill], &[], None, INBOX).pass());
+    }
+
+    #[test]
+    fn an_inbox_delivery_answered_a_lease_before_the_kill_is_not_explained() {
+        let kill = restarted_kill(1, 20_000, 20_400);
+        let procs = [
+            p(0, 1, via(1, 1), 1_000, 200),
+            p(0, 2, via(1, 2), 21_000, 200),
+        ];
+        let v = judge(1, &procs, &[], &[kill], &[], None, INBOX);
+        assert_eq!(v.unexplained(), 1);
+        assert!(
+            v.doubles[0]
+                .why
+                .contains("longer than the dispatcher's lease"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn an_inbox_redelivery_with_attempt_one_is_not_explained() {
+        let procs = [p(0, 1, via(1, 1), 100, 200), p(0, 1, via(1, 2), 450, 200)];
+        let v = judge(
+            1,
+            &procs,
+            &[],
+            &[restarted_kill(1, 150, 400)],
+            &[],
+            None,
+            INBOX,
+        );
+        assert_eq!(v.unexplained(), 1);
+        assert!(
+            v.doubles[0].why.contains("delivered afresh"),
+            "{}",
+            v.doubles[0].why
+        );
+    }
+
+    #[test]
+    fn queued_is_an_acknowledged_answer() {
+        let mut queued = forwarded(0, 1, 0, 10);
+        queued.outcome = Outcome::Queued;
+        queued.status = 202;
+        assert!(queued.acked());
+        let v = judge(
+            1,
+            &[p(0, 1, via(1, 1), 50, 200)],
+            &[queued],
+            &[],
+            &[],
+            None,
+            INBOX,
+        );
+        assert_eq!(v.outcomes.get("queued"), Some(&1));
+        assert!(v.pass());
     }
 }
