@@ -49,6 +49,10 @@ pub(crate) struct ReplayArgs {
     /// Show what would be replayed; move nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With a file: queue every event, even one done within its TTL (each such replay is
+    /// recorded in history with --reason).
+    #[arg(long, requires = "file")]
+    pub force: bool,
 }
 
 /// Dead letters listed or counted at most.
@@ -238,6 +242,18 @@ async fn replay_file(args: &ReplayArgs, file: &std::path::Path) -> anyhow::Resul
     let text = std::fs::read_to_string(file)
         .map_err(|e| Usage(format!("cannot read {}: {e}", file.display())))?;
     let events = parse_captured(&text).map_err(|e| Usage(format!("{}: {e}", file.display())))?;
+    let reason = args
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty());
+    if args.force && reason.is_none() {
+        return Err(Usage(
+            "--force needs --reason: a forced replay is recorded in each event's history with it"
+                .into(),
+        )
+        .into());
+    }
     if args.dry_run {
         outln!(
             "{}: {} events to replay into {source}",
@@ -247,25 +263,43 @@ async fn replay_file(args: &ReplayArgs, file: &std::path::Path) -> anyhow::Resul
         return Ok(());
     }
     let store = idemgate::AnyStore::open_existing(&config.store).await?;
-    let (mut queued, mut duplicates, mut late, mut conflicts) = (0u64, 0u64, 0u64, 0u64);
+    let bar = progress(events.len() as u64);
+    let (mut queued, mut duplicates, mut late, mut conflicts, mut forced) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     for event in events {
         let claim = src.claim_request(idemgate_core::Key::new(src.name.clone(), event.event_id));
-        match store.enqueue(claim, event.queued).await {
+        let answer = match (args.force, reason) {
+            (true, Some(reason)) => store.requeue(claim, event.queued, reason).await,
+            _ => store.enqueue(claim, event.queued).await,
+        };
+        match answer {
             Ok(ClaimOutcome::Claimed { .. }) => queued += 1,
+            Ok(_) if args.force => forced += 1,
             Ok(ClaimOutcome::Duplicate { .. } | ClaimOutcome::InFlight { .. }) => duplicates += 1,
             Ok(ClaimOutcome::LateDuplicate { .. }) => late += 1,
             Ok(ClaimOutcome::Conflict { .. }) => conflicts += 1,
             Err(e) => {
+                bar.abandon();
                 return Err(anyhow::Error::new(e).context(format!(
-                    "line {}: cannot queue it ({queued} queued before it)",
-                    event.line
+                    "line {}: cannot queue it ({} queued before it)",
+                    event.line,
+                    queued + forced
                 )));
             }
         }
+        bar.inc(1);
     }
-    outln!(
-        "{source}: {queued} queued, {duplicates} skipped as duplicates, {late} late duplicates refused, {conflicts} conflicts"
-    );
+    bar.finish_and_clear();
+    if args.force {
+        outln!(
+            "{source}: {queued} queued, {forced} processed before and queued again (reason: {})",
+            reason.unwrap_or_default()
+        );
+    } else {
+        outln!(
+            "{source}: {queued} queued, {duplicates} skipped as duplicates, {late} late duplicates refused, {conflicts} conflicts"
+        );
+    }
     Ok(())
 }
 
@@ -316,6 +350,21 @@ fn parse_captured(text: &str) -> Result<Vec<Captured>, String> {
         });
     }
     Ok(out)
+}
+
+/// A progress bar on a terminal; hidden otherwise.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events ({per_sec}, {eta})")
+    {
+        bar.set_style(style);
+    }
+    bar
 }
 
 #[cfg(test)]

@@ -141,6 +141,20 @@ pub trait Inbox: Send + Sync {
         item: QueuedItem,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
+    /// An operator's forced replay: queues `item` for `req.key` whatever its record says. The
+    /// claim is made as [`Inbox::enqueue`] makes it (a live record answers `Duplicate` and stays
+    /// as it is; an absent one is claimed, done at once), the item is queued either way, and
+    /// history records `replayed` with `reason`, all in one step. Returns the claim's answer.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]; nothing is written.
+    fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
     /// Takes up to `limit` of `source`'s due items (oldest first), each under a lease of `lease`
     /// and with its attempt number incremented; `holder` is recorded so that the holder's next
     /// boot frees them at once. An item whose lease lapsed is due again.

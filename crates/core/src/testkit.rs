@@ -230,6 +230,7 @@ macro_rules! inbox_conformance_tests {
             takes_are_per_source,
             concurrent_takes_never_share_an_item,
             boot_frees_items_of_earlier_boots,
+            requeue_queues_a_done_event_again_with_its_reason,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -649,6 +649,22 @@ impl Inbox for Engine {
             Self::Redis(_) => Err(no_inbox()),
         }
     }
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        match self {
+            Self::Memory(s) => s.requeue(req, item, reason).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.requeue(req, item, reason).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.requeue(req, item, reason).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Err(no_inbox()),
+        }
+    }
     async fn take(
         &self,
         source: &SourceName,
@@ -780,6 +796,14 @@ impl Inbox for AnyStore {
         item: QueuedItem,
     ) -> Result<ClaimOutcome, StoreError> {
         self.engine_of_record().enqueue(req, item).await
+    }
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.engine_of_record().requeue(req, item, reason).await
     }
     async fn take(
         &self,

@@ -24,6 +24,7 @@ use crate::row::{self, count, millis};
 use crate::store::PgStore;
 
 const ENQUEUE: &str = include_str!("../sql/enqueue.sql");
+const REQUEUE: &str = include_str!("../sql/requeue.sql");
 const TAKE: &str = include_str!("../sql/inbox_take.sql");
 const DELIVERED: &str = include_str!("../sql/inbox_delivered.sql");
 const RETRY_LATER: &str = include_str!("../sql/inbox_retry_later.sql");
@@ -93,6 +94,7 @@ impl PgStore {
         req: &ClaimRequest,
         nonce: i64,
         item: &QueuedItem,
+        forced: Option<&str>,
     ) -> Result<ClaimOutcome, PgError> {
         const CONTEXT: &str = "claiming and queueing an inbox delivery";
         let (names, values): (Vec<&str>, Vec<&str>) = item
@@ -107,7 +109,7 @@ impl PgStore {
         let late = req.late_duplicates.as_str();
         let body = item.body.as_slice();
         let content_type = item.content_type.as_deref();
-        let params: [&(dyn ToSql + Sync); 11] = [
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &source,
             &event_id,
             &fingerprint,
@@ -120,10 +122,17 @@ impl PgStore {
             &names,
             &values,
         ];
+        let sql = match &forced {
+            None => ENQUEUE,
+            Some(reason) => {
+                params.push(reason);
+                REQUEUE
+            }
+        };
         let rows = self
             .db()
             .with_partitions(u64::try_from(ttl).unwrap_or(0), || {
-                self.inbox_query(ENQUEUE, &params, CONTEXT)
+                self.inbox_query(sql, &params, CONTEXT)
             })
             .await?;
         let row = rows.first().ok_or_else(|| PgError::Unexpected {
@@ -158,10 +167,33 @@ impl Inbox for PgStore {
         let nonce = idemgate_core::machine::nonce() as i64;
         let mut tries = 0;
         loop {
-            match self.enqueue_once(&req, nonce, &item).await {
+            match self.enqueue_once(&req, nonce, &item, None).await {
                 Err(e) if e.is_deadlock() && tries < DEADLOCK_RETRIES => {
                     tries += 1;
                     tracing::debug!(tries, "enqueue deadlocked; sending again");
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// As `enqueue`, in one statement with the forced item and the `replayed` row.
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let ttl = u64::try_from(millis(req.ttl)).unwrap_or(0);
+        self.db().max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
+        let nonce = idemgate_core::machine::nonce() as i64;
+        let mut tries = 0;
+        loop {
+            match self.enqueue_once(&req, nonce, &item, Some(reason)).await {
+                Err(e) if e.is_deadlock() && tries < DEADLOCK_RETRIES => {
+                    tries += 1;
+                    tracing::debug!(tries, "requeue deadlocked; sending again");
                 }
                 other => return Ok(other?),
             }

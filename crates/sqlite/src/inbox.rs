@@ -64,6 +64,32 @@ pub(crate) fn enqueue(
     Ok(outcome)
 }
 
+/// An operator's forced replay: the claim as `enqueue` makes it, the item queued whatever it
+/// answered, and a `replayed` row with the reason, in the writer's one transaction.
+pub(crate) fn requeue(
+    conn: &Connection,
+    req: &ClaimRequest,
+    item: &QueuedItem,
+    reason: &str,
+    now: Timestamp,
+) -> Result<ClaimOutcome, StoreError> {
+    let req = req.clone().mode(ClaimMode::OnReceipt);
+    let outcome = writer::claim(conn, &req, now)?;
+    insert_item(conn, &req.key, item, now)
+        .and_then(|()| {
+            append(
+                conn,
+                &req.key,
+                HistoryOutcome::Replayed,
+                0,
+                now,
+                Some(reason),
+            )
+        })
+        .map_err(|e| StoreError::backend(format!("cannot queue {} again", req.key), e))?;
+    Ok(outcome)
+}
+
 fn insert_item(
     conn: &Connection,
     key: &Key,
@@ -476,6 +502,18 @@ impl Inbox for SqliteStore {
         item: QueuedItem,
     ) -> Result<ClaimOutcome, StoreError> {
         self.send(|reply| Command::Enqueue(req, item, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_requeue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let reason = reason.to_owned();
+        self.send(|reply| Command::Requeue(req, item, reason, reply))
+            .await
     }
 
     #[tracing::instrument(name = "sqlite_take", level = "debug", skip_all, fields(source = %source, limit = limit.get()))]

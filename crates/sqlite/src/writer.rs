@@ -76,6 +76,9 @@ pub(crate) enum Command {
     PurgeHistory(Duration, NonZeroU32, Reply<u64>),
     /// Claim (on receipt) and queue the item when the claim is won.
     Enqueue(ClaimRequest, QueuedItem, Reply<ClaimOutcome>),
+    /// An operator's forced replay: claim (on receipt) and queue the item whatever the claim
+    /// answers, with the reason.
+    Requeue(ClaimRequest, QueuedItem, String, Reply<ClaimOutcome>),
     Take(TakeArgs, Reply<Vec<Taken>>),
     Delivered(ItemRef, Reply<()>),
     RetryLater(ItemRef, Failure, Duration, Reply<()>),
@@ -132,7 +135,7 @@ impl Command {
             ))
         }
         match self {
-            Command::Claim(_, tx) | Command::Enqueue(_, _, tx) => {
+            Command::Claim(_, tx) | Command::Enqueue(_, _, tx) | Command::Requeue(_, _, _, tx) => {
                 drop(tx.send(pick(answer, |a| match a {
                     Answer::Claim(r) => Some(r),
                     _ => None,
@@ -317,6 +320,9 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
                 .map_err(sql("cannot delete old history")),
         ),
         Command::Enqueue(req, item, _) => Answer::Claim(inbox::enqueue(conn, req, item, now)),
+        Command::Requeue(req, item, reason, _) => {
+            Answer::Claim(inbox::requeue(conn, req, item, reason, now))
+        }
         Command::Take(args, _) => Answer::Taken(inbox::take(conn, args, now)),
         Command::Delivered(item, _) => Answer::Unit(inbox::delivered(conn, item, now)),
         Command::RetryLater(item, failure, delay, _) => {

@@ -67,6 +67,27 @@ impl State {
             .ok_or_else(|| stale(item))
     }
 
+    /// Queues `item` for `key`, due now.
+    fn queue(&mut self, key: Key, item: QueuedItem, now: Timestamp) {
+        self.last_item += 1;
+        let id = self.last_item;
+        self.items.insert(
+            id,
+            Item {
+                key,
+                queued: item,
+                received_at: now,
+                due_at: now,
+                attempt: 0,
+                tries: 0,
+                lease_until: None,
+                holder: None,
+                dead_at: None,
+                attempts: Vec::new(),
+            },
+        );
+    }
+
     /// Appends an inbox history row for `key`, with the record's fingerprint while it is stored.
     fn append_inbox(
         &mut self,
@@ -129,24 +150,23 @@ impl Inbox for MemoryStore {
         let req = req.mode(ClaimMode::OnReceipt);
         let outcome = st.claim(&req, now);
         if matches!(outcome, ClaimOutcome::Claimed { .. }) {
-            st.last_item += 1;
-            let id = st.last_item;
-            st.items.insert(
-                id,
-                Item {
-                    key: req.key,
-                    queued: item,
-                    received_at: now,
-                    due_at: now,
-                    attempt: 0,
-                    tries: 0,
-                    lease_until: None,
-                    holder: None,
-                    dead_at: None,
-                    attempts: Vec::new(),
-                },
-            );
+            st.queue(req.key, item, now);
         }
+        Ok(outcome)
+    }
+
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let req = req.mode(ClaimMode::OnReceipt);
+        let outcome = st.claim(&req, now);
+        st.queue(req.key.clone(), item, now);
+        st.append_inbox(&req.key, HistoryOutcome::Replayed, 0, now, Some(reason));
         Ok(outcome)
     }
 

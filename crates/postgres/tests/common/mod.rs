@@ -186,6 +186,14 @@ impl idemgate_core::inbox::Inbox for TestStore {
     ) -> Result<ClaimOutcome, StoreError> {
         self.store.enqueue(req, item).await
     }
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: inbox::QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.store.requeue(req, item, reason).await
+    }
     async fn take(
         &self,
         source: &idemgate_core::SourceName,

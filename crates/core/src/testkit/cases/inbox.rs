@@ -727,3 +727,53 @@ where
     store.register_boot(&name).await.expect("register");
     assert_eq!(take(&store, &src, 10, LONG_LEASE).await.len(), 2);
 }
+
+pub async fn requeue_queues_a_done_event_again_with_its_reason<H>(h: &H)
+where
+    H: Harness,
+    H::Store: Inbox,
+{
+    let store = h.store();
+    let src = source();
+    let key = key_in(&src);
+    enqueued(&store, &key, 1).await;
+    let t = take_one(&store, &src, LONG_LEASE).await;
+    store.delivered(t.item.clone()).await.expect("delivered");
+    // Done within its TTL: a plain enqueue is a duplicate and queues nothing...
+    let dup = store.enqueue(req(&key), queued(2)).await.unwrap();
+    assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+    assert_eq!(counts(&stats_of(&store, &src).await), (0, 0, 0));
+    // ...a forced one queues it anyway, and history says why.
+    let forced = store
+        .requeue(req(&key), queued(3), "finance asked for a re-run")
+        .await
+        .unwrap();
+    assert!(
+        matches!(forced, ClaimOutcome::Duplicate { .. }),
+        "{forced:?}"
+    );
+    let again = take_one(&store, &src, LONG_LEASE).await;
+    assert_eq!(again.key, key);
+    assert_eq!(again.queued, queued(3));
+    let view = store.lookup(&key).await.unwrap();
+    let replayed = view
+        .history
+        .iter()
+        .find(|r| r.outcome == HistoryOutcome::Replayed)
+        .expect("a replayed row");
+    assert_eq!(replayed.note.as_deref(), Some("finance asked for a re-run"));
+    assert!(!replayed.processed);
+    assert!(
+        view.record.is_some(),
+        "the record stays: retries are still duplicates"
+    );
+    // An event never seen is claimed and queued, as an enqueue would.
+    let fresh = key_in(&src);
+    let first = store
+        .requeue(req(&fresh), queued(4), "captured at the edge")
+        .await
+        .unwrap();
+    assert!(matches!(first, ClaimOutcome::Claimed { .. }), "{first:?}");
+    let dup = store.enqueue(req(&fresh), queued(4)).await.unwrap();
+    assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+}
