@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
+
 use crate::gateway::{Conn, SECRET, deliveries, free_port};
 use crate::report::{Latency, ms, table};
 
@@ -40,6 +42,9 @@ pub struct Args {
     /// The idemgate binary (default: next to this one).
     #[arg(long)]
     idemgate: Option<PathBuf>,
+    /// Where to draw the burst's drain: the oldest pending age and the queue over time (SVG).
+    #[arg(long, default_value = "inbox-drain.svg")]
+    chart: PathBuf,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -141,6 +146,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ]]
         )
     );
+    let ages = Series::xy(
+        "oldest pending age (s)",
+        samples
+            .iter()
+            .map(|(at, oldest, _)| (at.as_secs_f64(), *oldest)),
+    );
+    let queued = Series::xy(
+        "items queued or in flight",
+        samples
+            .iter()
+            .map(|(at, _, pending)| (at.as_secs_f64(), *pending)),
+    );
+    std::fs::write(
+        &args.chart,
+        LineChart::new(
+            Frame::new(
+                "inbox-drain",
+                &format!(
+                    "A burst of {} deliveries drained at the downstream's pace ({} at once, {} each)",
+                    args.burst,
+                    args.concurrency,
+                    humantime::format_duration(args.delay)
+                ),
+            ),
+            XAxis::Numbers,
+            "seconds from the burst's start",
+        )
+        .panel(LinePanel::new("oldest pending age, s").series(ages))
+        .panel(LinePanel::new("items in the queue").series(queued))
+        .render(),
+    )?;
+    println!("\nchart: {}", args.chart.display());
     println!("\noldest pending age while draining (every ~10th sample):");
     for (i, (at, oldest, pending)) in samples.iter().enumerate() {
         if i % 10 == 0 || i + 1 == samples.len() {
@@ -164,7 +201,8 @@ fn metric(text: &str, name: &str) -> f64 {
             let metric = series.split('{').next()?;
             (metric == name).then(|| value.parse::<f64>().ok())?
         })
-        .sum()
+        // An empty sum is -0.0; nothing there is 0.
+        .fold(0.0, |a, b| a + b)
 }
 
 /// A downstream taking `delay` per request, counting those it answered.
