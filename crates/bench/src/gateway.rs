@@ -310,10 +310,48 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
         .await
         .context("the gateway did not answer /healthz within 20 s")?;
 
-    let requests = Arc::new(deliveries(args.requests, args.duplicates)?);
-    let next = Arc::new(AtomicUsize::new(0));
+    let requests = deliveries(args.requests, args.duplicates)?;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..args.connections)
+    let answers = post_all(listen, requests, args.connections).await?;
+    let mut latencies = Vec::with_capacity(args.requests);
+    let (mut forwarded, mut duplicates, mut in_flight, mut other) = (0, 0, 0, 0);
+    for (latency, outcome) in answers {
+        latencies.push(latency);
+        match outcome.as_str() {
+            "forwarded" => forwarded += 1,
+            "duplicate" => duplicates += 1,
+            "in_flight" => in_flight += 1,
+            _ => other += 1,
+        }
+    }
+    let elapsed = started.elapsed();
+    let peak_rss_kib = peak_rss_kib(pid);
+    child.start_kill()?;
+    let _ = child.wait().await;
+    if store != "sqlite" {
+        drop_schema(&args.postgres.url, &pg_schema).await?;
+    }
+    Ok(GatewayRun {
+        rps: args.requests as f64 / elapsed.as_secs_f64(),
+        latency: Latency::of(&mut latencies),
+        peak_rss_kib,
+        forwarded,
+        duplicates,
+        in_flight,
+        other,
+    })
+}
+
+/// POSTs every delivery to `/hooks/stripe-live` over `connections` keep-alive connections, each
+/// taking the next one; each answer's latency and `Idemgate-Outcome`.
+pub(crate) async fn post_all(
+    listen: SocketAddr,
+    requests: Vec<(hyper::HeaderMap, Bytes)>,
+    connections: usize,
+) -> anyhow::Result<Vec<(Duration, String)>> {
+    let requests = Arc::new(requests);
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..connections)
         .map(|_| {
             let (requests, next) = (requests.clone(), next.clone());
             tokio::spawn(async move {
@@ -333,35 +371,11 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
             })
         })
         .collect();
-    let mut latencies = Vec::with_capacity(args.requests);
-    let (mut forwarded, mut duplicates, mut in_flight, mut other) = (0, 0, 0, 0);
+    let mut answers = Vec::with_capacity(requests.len());
     for t in tasks {
-        for (latency, outcome) in t.await?? {
-            latencies.push(latency);
-            match outcome.as_str() {
-                "forwarded" => forwarded += 1,
-                "duplicate" => duplicates += 1,
-                "in_flight" => in_flight += 1,
-                _ => other += 1,
-            }
-        }
+        answers.extend(t.await??);
     }
-    let elapsed = started.elapsed();
-    let peak_rss_kib = peak_rss_kib(pid);
-    child.start_kill()?;
-    let _ = child.wait().await;
-    if store != "sqlite" {
-        drop_schema(&args.postgres.url, &pg_schema).await?;
-    }
-    Ok(GatewayRun {
-        rps: args.requests as f64 / elapsed.as_secs_f64(),
-        latency: Latency::of(&mut latencies),
-        peak_rss_kib,
-        forwarded,
-        duplicates,
-        in_flight,
-        other,
-    })
+    Ok(answers)
 }
 
 /// One keep-alive HTTP/1.1 connection.

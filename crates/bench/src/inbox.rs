@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 
 use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
 
-use crate::gateway::{Conn, SECRET, deliveries, free_port};
+use crate::gateway::{Conn, SECRET, deliveries, free_port, post_all};
 use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
@@ -235,35 +235,12 @@ async fn send(
     n: usize,
     connections: usize,
 ) -> anyhow::Result<(Latency, String)> {
-    let requests = Arc::new(deliveries(n, 0.0)?);
-    let next = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..connections)
-        .map(|_| {
-            let (requests, next) = (requests.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut conn = Conn::open(listen).await?;
-                let mut seen = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((headers, body)) = requests.get(i) else {
-                        return Ok::<_, anyhow::Error>(seen);
-                    };
-                    let t = Instant::now();
-                    let outcome = conn
-                        .post("/hooks/stripe-live", headers, body.clone())
-                        .await?;
-                    seen.push((t.elapsed(), outcome));
-                }
-            })
-        })
-        .collect();
+    let answers = post_all(listen, deliveries(n, 0.0)?, connections).await?;
     let mut latencies = Vec::with_capacity(n);
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
-    for t in tasks {
-        for (latency, outcome) in t.await?? {
-            latencies.push(latency);
-            *outcomes.entry(outcome).or_default() += 1;
-        }
+    for (latency, outcome) in answers {
+        latencies.push(latency);
+        *outcomes.entry(outcome).or_default() += 1;
     }
     let outcomes = outcomes
         .iter()
