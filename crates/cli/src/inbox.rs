@@ -58,7 +58,11 @@ pub(crate) struct ReplayArgs {
 /// Dead letters listed or counted at most.
 const LIST: NonZeroU32 = NonZeroU32::new(10_000).expect("non-zero");
 
+/// The window the dispatch rate is read over.
+const RATE_WINDOW: Duration = Duration::from_secs(600);
+
 pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
+    use idemgate_core::store::HistoryQuery;
     let (store, name) = open(&args.store, None).await?;
     let stats: Vec<InboxStats> = store
         .inbox_stats()
@@ -66,6 +70,15 @@ pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
         .into_iter()
         .filter(|s| args.source.as_ref().is_none_or(|want| &s.source == want))
         .collect();
+    // Deliveries from the queue over the last ten minutes (each completion carries its lag).
+    let observed = store.observe(RATE_WINDOW).await?;
+    let per_minute = |source: &SourceName| {
+        let n = observed
+            .iter()
+            .find(|o| &o.source == source)
+            .map_or(0, |o| o.queue_lags.len());
+        n as f64 * 60.0 / RATE_WINDOW.as_secs_f64()
+    };
     if args.json {
         let rows: Vec<_> = stats
             .iter()
@@ -76,6 +89,7 @@ pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
                     "in_flight": s.in_flight,
                     "dead": s.dead,
                     "oldest_pending_s": s.oldest_pending.map(|d| d.as_secs_f64()),
+                    "delivered_per_min": per_minute(&s.source),
                 })
             })
             .collect();
@@ -88,23 +102,26 @@ pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "{:<32} {:>10} {:>10} {:>10}  OLDEST PENDING",
+        "{:<32} {:>10} {:>10} {:>10} {:>16}  OLDEST PENDING",
         "SOURCE",
         "PENDING",
         "IN FLIGHT",
-        "DEAD"
+        "DEAD",
+        "DELIVERED/MIN"
     );
     for s in &stats {
         outln!(
-            "{:<32} {:>10} {:>10} {:>10}  {}",
+            "{:<32} {:>10} {:>10} {:>10} {:>16.1}  {}",
             s.source.as_str(),
             s.pending,
             s.in_flight,
             s.dead,
+            per_minute(&s.source),
             s.oldest_pending
                 .map_or_else(|| "-".to_owned(), |d| Human(d).to_string())
         );
     }
+    outln!("(delivered/min over the last {})", Human(RATE_WINDOW));
     Ok(())
 }
 

@@ -90,6 +90,12 @@ fn captured_events_are_replayed_through_dedup_and_forced_with_a_reason() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["sources"][0]["source"], "shop");
     assert_eq!(v["sources"][0]["pending"], 4, "{v}");
+    assert_eq!(
+        v["sources"][0]["delivered_per_min"], 0.0,
+        "nothing delivered yet: {v}"
+    );
+    let out = idemgate(&["inbox", "--config", config]);
+    assert!(text(&out).contains("DELIVERED/MIN"), "{}", text(&out));
 
     let out = idemgate(&["dead-letters", "--config", config]);
     assert!(text(&out).contains("no dead letters"), "{}", text(&out));
