@@ -2,7 +2,7 @@
 //! [`Inbox`] step is one transaction (a savepoint of the batch's); reads run on reader
 //! connections.
 //!
-//! An enqueue is the claim of [`writer::claim`] (on receipt: the record is done at once) and,
+//! An enqueue is the claim of [`records::claim`] (on receipt: the record is done at once) and,
 //! when the claim is won, the item, in the same command. A report (`delivered`, `retry_later`,
 //! `dead_letter`) is fenced by the item's id and attempt and by its being taken (`lease_until`
 //! set): a lapsed lease is still the reporter's while nobody took the item again. History rows:
@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use idemgate_core::claim::{ClaimMode, ClaimOutcome, ClaimRequest, HistoryOutcome, Holder};
 use idemgate_core::inbox::{
-    AttemptLog, DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    AttemptLog, DeadLetter, Failure, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
 };
 use idemgate_core::store::StoreError;
 use idemgate_core::{InstanceName, Key, SourceName, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::writer::{self, Command, Row};
-use crate::{SqliteStore, read_record, sql, unreadable};
+use crate::records::{self, Row};
+use crate::{read_record, sql, unreadable};
 
 /// What [`Inbox::take`] asks the writer.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ pub(crate) fn enqueue(
     now: Timestamp,
 ) -> Result<ClaimOutcome, StoreError> {
     let req = req.clone().mode(ClaimMode::OnReceipt);
-    let outcome = writer::claim(conn, &req, now)?;
+    let outcome = records::claim(conn, &req, now)?;
     if matches!(outcome, ClaimOutcome::Claimed { .. }) {
         // A failure here fails the command, and the writer rolls the claim back with it.
         insert_item(conn, &req.key, item, now)
@@ -74,7 +74,7 @@ pub(crate) fn requeue(
     now: Timestamp,
 ) -> Result<ClaimOutcome, StoreError> {
     let req = req.clone().mode(ClaimMode::OnReceipt);
-    let outcome = writer::claim(conn, &req, now)?;
+    let outcome = records::claim(conn, &req, now)?;
     insert_item(conn, &req.key, item, now)
         .and_then(|()| {
             append(
@@ -235,7 +235,7 @@ fn append_gap(
         fingerprint: fingerprint.as_ref(),
         note,
     };
-    writer::append_history(conn, key, now, &row)
+    records::append_history(conn, key, now, &row)
 }
 
 fn log_attempt(
@@ -431,7 +431,7 @@ pub(crate) fn free_held(
     .execute(params![instance.as_str(), boot as i64, now.as_millis()])
 }
 
-fn read_dead_letters(
+pub(crate) fn read_dead_letters(
     conn: &Connection,
     source: Option<&str>,
     limit: NonZeroU32,
@@ -476,7 +476,7 @@ fn read_dead_letters(
         .collect()
 }
 
-fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<Vec<InboxStats>> {
+pub(crate) fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<Vec<InboxStats>> {
     conn.prepare_cached(include_str!("../sql/inbox_stats.sql"))?
         .query_map(params![now.as_millis()], |r| {
             let source: String = r.get(0)?;
@@ -492,109 +492,4 @@ fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<Vec<InboxSt
             })
         })?
         .collect()
-}
-
-impl Inbox for SqliteStore {
-    #[tracing::instrument(name = "sqlite_enqueue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
-    async fn enqueue(
-        &self,
-        req: ClaimRequest,
-        item: QueuedItem,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.send(|reply| Command::Enqueue(req, item, reply)).await
-    }
-
-    #[tracing::instrument(name = "sqlite_requeue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
-    async fn requeue(
-        &self,
-        req: ClaimRequest,
-        item: QueuedItem,
-        reason: &str,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let reason = reason.to_owned();
-        self.send(|reply| Command::Requeue(req, item, reason, reply))
-            .await
-    }
-
-    #[tracing::instrument(name = "sqlite_take", level = "debug", skip_all, fields(source = %source, limit = limit.get()))]
-    async fn take(
-        &self,
-        source: &SourceName,
-        limit: NonZeroU32,
-        lease: Duration,
-        holder: Option<&Holder>,
-    ) -> Result<Vec<Taken>, StoreError> {
-        let args = TakeArgs {
-            source: source.clone(),
-            limit,
-            lease,
-            holder: holder.cloned(),
-        };
-        self.send(|reply| Command::Take(args, reply)).await
-    }
-
-    #[tracing::instrument(name = "sqlite_delivered", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
-    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
-        self.send(|reply| Command::Delivered(item, reply)).await
-    }
-
-    #[tracing::instrument(name = "sqlite_retry_later", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
-    async fn retry_later(
-        &self,
-        item: ItemRef,
-        failure: &Failure,
-        delay: Duration,
-    ) -> Result<(), StoreError> {
-        let failure = failure.clone();
-        self.send(|reply| Command::RetryLater(item, failure, delay, reply))
-            .await
-    }
-
-    #[tracing::instrument(name = "sqlite_dead_letter", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
-    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
-        let failure = failure.clone();
-        self.send(|reply| Command::DeadLetter(item, failure, reply))
-            .await
-    }
-
-    #[tracing::instrument(name = "sqlite_dead_letters", level = "debug", skip_all, fields(source = source.map(SourceName::as_str)))]
-    async fn dead_letters(
-        &self,
-        source: Option<&SourceName>,
-        limit: NonZeroU32,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        let source = source.map(|s| s.as_str().to_owned());
-        self.read(move |conn, _| {
-            read_dead_letters(conn, source.as_deref(), limit)
-                .map_err(sql("cannot read dead letters"))
-        })
-        .await
-    }
-
-    #[tracing::instrument(name = "sqlite_replay_dead_letters", level = "debug", skip_all, fields(source = filter.source.as_ref().map(SourceName::as_str)))]
-    async fn replay_dead_letters(
-        &self,
-        filter: &ReplayFilter,
-        reason: &str,
-    ) -> Result<u64, StoreError> {
-        let (filter, reason) = (filter.clone(), reason.to_owned());
-        self.send(|reply| Command::Replay(filter, reason, reply))
-            .await
-    }
-
-    #[tracing::instrument(name = "sqlite_purge_dead_letters", level = "debug", skip_all)]
-    async fn purge_dead_letters(
-        &self,
-        retention: Duration,
-        batch: NonZeroU32,
-    ) -> Result<u64, StoreError> {
-        self.send(|reply| Command::PurgeDeadLetters(retention, batch, reply))
-            .await
-    }
-
-    #[tracing::instrument(name = "sqlite_inbox_stats", level = "debug", skip_all)]
-    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
-        self.read(move |conn, now| read_stats(conn, now).map_err(sql("cannot count the inbox")))
-            .await
-    }
 }

@@ -15,10 +15,13 @@
 //!   the store is embedded; injectable for tests).
 //! - The schema lives in `sql/`, versioned by `PRAGMA user_version`. Its `meta` table holds the
 //!   store's [`Identity`], created with the schema.
-//! - `inbox`: the [`idemgate_core::inbox::Inbox`] queue (`sql/0003_inbox.sql`); each of its
-//!   writes is one writer command, so one transaction, the enqueue's claim included.
+//! - `records`: the writes every command shares: a claim, a record upsert, a history row.
+//! - `inbox`: the [`idemgate_core::inbox::Inbox`] queue's SQL (`sql/0003_inbox.sql`); each of
+//!   its writes is one writer command, so one transaction, the enqueue's claim included. The
+//!   trait is implemented here, beside the others, sending those commands.
 
 mod inbox;
+mod records;
 mod writer;
 
 use idemgate_core::HistoryRetention;
@@ -43,8 +46,12 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, oneshot};
 
+use crate::inbox::TakeArgs;
 use crate::writer::Command;
 pub use crate::writer::WriterStats;
+use idemgate_core::inbox::{
+    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+};
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "idemgate.db";
@@ -517,6 +524,114 @@ impl HistoryRetention for SqliteStore {
     ) -> Result<u64, StoreError> {
         self.send(|reply| Command::PurgeHistory(retention, batch, reply))
             .await
+    }
+}
+
+/// Inbox mode: every write is one writer command (one transaction); reads go to the readers.
+impl Inbox for SqliteStore {
+    #[tracing::instrument(name = "sqlite_enqueue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    async fn enqueue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.send(|reply| Command::Enqueue(req, item, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_requeue", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    async fn requeue(
+        &self,
+        req: ClaimRequest,
+        item: QueuedItem,
+        reason: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let reason = reason.to_owned();
+        self.send(|reply| Command::Requeue(req, item, reason, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_take", level = "debug", skip_all, fields(source = %source, limit = limit.get()))]
+    async fn take(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+        lease: Duration,
+        holder: Option<&Holder>,
+    ) -> Result<Vec<Taken>, StoreError> {
+        let args = TakeArgs {
+            source: source.clone(),
+            limit,
+            lease,
+            holder: holder.cloned(),
+        };
+        self.send(|reply| Command::Take(args, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_delivered", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
+        self.send(|reply| Command::Delivered(item, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_retry_later", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn retry_later(
+        &self,
+        item: ItemRef,
+        failure: &Failure,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        let failure = failure.clone();
+        self.send(|reply| Command::RetryLater(item, failure, delay, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_dead_letter", level = "debug", skip_all, fields(source = %item.key.source, event_id = %item.key.event_id, item = item.id))]
+    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
+        let failure = failure.clone();
+        self.send(|reply| Command::DeadLetter(item, failure, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_dead_letters", level = "debug", skip_all, fields(source = source.map(SourceName::as_str)))]
+    async fn dead_letters(
+        &self,
+        source: Option<&SourceName>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let source = source.map(|s| s.as_str().to_owned());
+        self.read(move |conn, _| {
+            inbox::read_dead_letters(conn, source.as_deref(), limit)
+                .map_err(sql("cannot read dead letters"))
+        })
+        .await
+    }
+
+    #[tracing::instrument(name = "sqlite_replay_dead_letters", level = "debug", skip_all, fields(source = filter.source.as_ref().map(SourceName::as_str)))]
+    async fn replay_dead_letters(
+        &self,
+        filter: &ReplayFilter,
+        reason: &str,
+    ) -> Result<u64, StoreError> {
+        let (filter, reason) = (filter.clone(), reason.to_owned());
+        self.send(|reply| Command::Replay(filter, reason, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_purge_dead_letters", level = "debug", skip_all)]
+    async fn purge_dead_letters(
+        &self,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        self.send(|reply| Command::PurgeDeadLetters(retention, batch, reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_inbox_stats", level = "debug", skip_all)]
+    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
+        self.read(move |conn, now| {
+            inbox::read_stats(conn, now).map_err(sql("cannot count the inbox"))
+        })
+        .await
     }
 }
 

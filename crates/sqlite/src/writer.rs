@@ -15,7 +15,7 @@ use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcom
 use idemgate_core::inbox::{Failure, ItemRef, QueuedItem, ReplayFilter, Taken};
 use idemgate_core::machine::{self, FinishStep};
 use idemgate_core::store::{Boot, StoreError};
-use idemgate_core::{Clock, Fingerprint, Holder, InstanceName, Key, Prior, Timestamp};
+use idemgate_core::{Clock, Holder, InstanceName, Key, Timestamp};
 use rusqlite::{Connection, params};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::inbox::{self, TakeArgs};
+use crate::records::{Row, append_history, claim, write_record};
 use crate::{read_record, record_at, sql};
 
 /// Counts of the writer's work, for metrics and for seeing group commit at work.
@@ -340,36 +341,6 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
     }
 }
 
-pub(crate) fn claim(
-    conn: &Connection,
-    req: &ClaimRequest,
-    now: Timestamp,
-) -> Result<ClaimOutcome, StoreError> {
-    let run = || -> rusqlite::Result<ClaimOutcome> {
-        let stored = read_record(conn, &req.key)?;
-        let prior = if machine::needs_prior(req, stored.as_ref(), now) {
-            read_prior(conn, &req.key)?
-        } else {
-            None
-        };
-        let step = machine::claim(req, stored.as_ref(), now, machine::nonce(), prior);
-        if let Some(rec) = &step.write {
-            write_record(conn, &req.key, rec)?;
-        }
-        let row = Row {
-            outcome: step.history,
-            processed: step.processed,
-            attempt: step.attempt,
-            gap_ms: step.gap.map(|g| g.as_millis() as i64),
-            fingerprint: req.fingerprint.as_ref(),
-            note: None,
-        };
-        append_history(conn, &req.key, now, &row)?;
-        Ok(step.outcome)
-    };
-    run().map_err(|e| StoreError::backend(format!("cannot claim {}", req.key), e))
-}
-
 fn finish(
     conn: &Connection,
     token: &ClaimToken,
@@ -507,67 +478,4 @@ fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Bo
         })
     };
     run().map_err(|e| StoreError::backend(format!("cannot register a boot of {instance}"), e))
-}
-
-fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqlite::Result<()> {
-    conn.prepare_cached(include_str!("../sql/record_upsert.sql"))?
-        .execute(params![
-            key.source.as_str(),
-            key.event_id.as_str(),
-            rec.state.as_str(),
-            rec.attempt,
-            rec.nonce as i64,
-            rec.fingerprint.as_ref().map(|f| f.as_bytes().as_slice()),
-            rec.first_seen.as_millis(),
-            rec.lease_until.map(Timestamp::as_millis),
-            rec.expires_at.as_millis(),
-            rec.holder.as_ref().map(|h| h.instance.as_str()),
-            // Bit for bit, like the nonce.
-            rec.holder.as_ref().map(|h| h.boot as i64),
-        ])
-        .map(drop)
-}
-
-/// What history says of a key whose record is absent.
-fn read_prior(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Prior>> {
-    let (first, processed): (Option<i64>, Option<bool>) = conn
-        .prepare_cached(include_str!("../sql/prior.sql"))?
-        .query_row(params![key.source.as_str(), key.event_id.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    Ok(first.map(|first| Prior {
-        first_seen: Timestamp::from_millis(first),
-        processed: processed.unwrap_or(false),
-    }))
-}
-
-/// One history row to append.
-pub(crate) struct Row<'a> {
-    pub outcome: HistoryOutcome,
-    pub processed: bool,
-    pub attempt: Option<u32>,
-    pub gap_ms: Option<i64>,
-    pub fingerprint: Option<&'a Fingerprint>,
-    pub note: Option<&'a str>,
-}
-
-pub(crate) fn append_history(
-    conn: &Connection,
-    key: &Key,
-    now: Timestamp,
-    row: &Row<'_>,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(include_str!("../sql/history_insert.sql"))?
-        .execute(params![
-            key.source.as_str(),
-            key.event_id.as_str(),
-            row.outcome.as_str(),
-            row.processed,
-            row.attempt,
-            now.as_millis(),
-            row.gap_ms,
-            row.fingerprint.map(|f| f.as_bytes().as_slice()),
-            row.note,
-        ])
-        .map(drop)
 }
