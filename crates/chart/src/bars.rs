@@ -233,16 +233,7 @@ impl Bars {
         body.open(plot::halo());
         body.append(values);
         body.close();
-        let hmarks: Vec<HMark> = self
-            .y_marks
-            .iter()
-            .filter(|m| m.at.is_finite())
-            .map(|m| HMark {
-                y: ys.at(m.at),
-                label: m.label.clone(),
-                style: m.style,
-            })
-            .collect();
+        let hmarks = HMark::placed(&self.y_marks, |v| ys.at(v));
         plot::draw_hmarks(&mut body, area, &hmarks);
         y = area.bottom() + X_TICKS_H + line_height(TEXT);
         plot::axis_name(

@@ -218,16 +218,7 @@ impl TimeHistogram {
             );
             y += line_height(TEXT) + 2.0;
             plot::axis_name(&mut body, EDGE, y - 3.0, "start", &self.y_label);
-            let marks: Vec<VMark> = panel
-                .marks
-                .iter()
-                .filter(|m| m.at.is_finite())
-                .map(|m| VMark {
-                    x: xs.at(m.at),
-                    label: m.label.clone(),
-                    style: m.style,
-                })
-                .collect();
+            let marks = VMark::placed(&panel.marks, |v| xs.at(v));
             let (places, rows) = plot::mark_band(&marks, EDGE, w - EDGE);
             let area = Area {
                 x: left,

@@ -244,16 +244,7 @@ impl LineChart {
                 r0: left,
                 r1: left + area_w,
             };
-            let vmarks: Vec<VMark> = panel
-                .x_marks
-                .iter()
-                .filter(|m| m.at.is_finite())
-                .map(|m| VMark {
-                    x: xs.at(m.at),
-                    label: m.label.clone(),
-                    style: m.style,
-                })
-                .collect();
+            let vmarks = VMark::placed(&panel.x_marks, |v| xs.at(v));
             let (places, rows) = plot::mark_band(&vmarks, EDGE, w - EDGE);
             let area = Area {
                 x: left,
@@ -269,16 +260,7 @@ impl LineChart {
             };
             plot::y_axis(&mut body, area, ticks, ys);
             plot::x_ticks(&mut body, area, w, &self.x_ticks(xs, area_w));
-            let hmarks: Vec<HMark> = panel
-                .y_marks
-                .iter()
-                .filter(|m| m.at.is_finite())
-                .map(|m| HMark {
-                    y: ys.at(m.at),
-                    label: m.label.clone(),
-                    style: m.style,
-                })
-                .collect();
+            let hmarks = HMark::placed(&panel.y_marks, |v| ys.at(v));
             plot::draw_hmarks(&mut body, area, &hmarks);
             plot::draw_vmarks(&mut body, area, &vmarks, &places);
             self.draw_series(&mut body, panel, area, xs, ys, cap);

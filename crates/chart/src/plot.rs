@@ -191,6 +191,21 @@ pub(crate) struct VMark {
     pub style: Style,
 }
 
+impl VMark {
+    /// The finite `marks`, placed by the x scale `x_of`.
+    pub(crate) fn placed(marks: &[crate::Mark], x_of: impl Fn(f64) -> f64) -> Vec<Self> {
+        marks
+            .iter()
+            .filter(|m| m.at.is_finite())
+            .map(|m| Self {
+                x: x_of(m.at),
+                label: m.label.clone(),
+                style: m.style,
+            })
+            .collect()
+    }
+}
+
 /// Where the labels of vertical marks go: rows above the plot, inside `[lo, hi]`.
 pub(crate) fn mark_band(marks: &[VMark], lo: f64, hi: f64) -> (Vec<RowPlace>, usize) {
     let sizes: Vec<(f64, f64)> = marks
@@ -229,6 +244,21 @@ pub(crate) struct HMark {
     pub y: f64,
     pub label: String,
     pub style: Style,
+}
+
+impl HMark {
+    /// The finite `marks`, placed by the y scale `y_of`.
+    pub(crate) fn placed(marks: &[crate::Mark], y_of: impl Fn(f64) -> f64) -> Vec<Self> {
+        marks
+            .iter()
+            .filter(|m| m.at.is_finite())
+            .map(|m| Self {
+                y: y_of(m.at),
+                label: m.label.clone(),
+                style: m.style,
+            })
+            .collect()
+    }
 }
 
 /// Draws horizontal marks, their labels above the line at the right, nudged apart.
