@@ -283,32 +283,8 @@ async fn gateway(store: &str, bin: &Path, args: &Args) -> anyhow::Result<Gateway
     );
     let config_path = dir.path().join("idemgate.toml");
     std::fs::write(&config_path, config)?;
-    let mut child = tokio::process::Command::new(bin)
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_path)
-        .env("IDEMGATE_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let mut child = serve(bin, &config_path, listen).await?;
     let pid = child.id().context("the gateway exited at once")?;
-    let ready = async {
-        loop {
-            if let Ok(mut conn) = Conn::open(listen).await
-                && conn
-                    .get("/healthz")
-                    .await
-                    .map(|s| s == 200)
-                    .unwrap_or(false)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), ready)
-        .await
-        .context("the gateway did not answer /healthz within 20 s")?;
 
     let requests = deliveries(args.requests, args.duplicates)?;
     let started = Instant::now();
@@ -376,6 +352,41 @@ pub(crate) async fn post_all(
         answers.extend(t.await??);
     }
     Ok(answers)
+}
+
+/// Starts `idemgate serve --config config` (logging warnings only) and waits until it answers
+/// `/healthz` on `listen`.
+pub(crate) async fn serve(
+    bin: &Path,
+    config: &Path,
+    listen: SocketAddr,
+) -> anyhow::Result<tokio::process::Child> {
+    let child = tokio::process::Command::new(bin)
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env("IDEMGATE_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let ready = async {
+        loop {
+            if let Ok(mut conn) = Conn::open(listen).await
+                && conn
+                    .get("/healthz")
+                    .await
+                    .map(|s| s == 200)
+                    .unwrap_or(false)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), ready)
+        .await
+        .context("the gateway did not answer /healthz within 20 s")?;
+    Ok(child)
 }
 
 /// One keep-alive HTTP/1.1 connection.

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
 
-use crate::gateway::{Conn, SECRET, deliveries, free_port, post_all};
+use crate::gateway::{SECRET, deliveries, free_port, post_all, serve};
 use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
@@ -275,31 +275,7 @@ impl Gateway {
         );
         let path = dir.path().join("idemgate.toml");
         std::fs::write(&path, config)?;
-        let child = tokio::process::Command::new(bin)
-            .arg("serve")
-            .arg("--config")
-            .arg(&path)
-            .env("IDEMGATE_LOG", "warn")
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", bin.display()))?;
-        let ready = async {
-            loop {
-                if let Ok(mut conn) = Conn::open(listen).await
-                    && conn
-                        .get("/healthz")
-                        .await
-                        .map(|s| s == 200)
-                        .unwrap_or(false)
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(20), ready)
-            .await
-            .context("the gateway did not answer /healthz within 20 s")?;
+        let child = serve(bin, &path, listen).await?;
         Ok(Self {
             child,
             listen,
