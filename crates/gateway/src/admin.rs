@@ -47,21 +47,17 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let mut lagging = false;
     if store.is_ok() && state.sources.values().any(|s| s.mode == Mode::Inbox) {
         let started = Instant::now();
-        let stats = state.inbox_stats().await;
-        let late: Vec<String> = stats
+        let late: Vec<String> = state
+            .lagging()
+            .await
             .iter()
-            .filter_map(|s| {
-                let src = state.sources.get(s.source.as_str())?;
-                let lag = s.oldest_pending?;
-                let margin = src.policy.ttl.contract.queue_lag;
-                (lag > margin).then(|| {
-                    format!(
-                        "{}: oldest item {} old, past its queue_lag of {}",
-                        s.source,
-                        idemgate_core::Human(lag),
-                        idemgate_core::Human(margin)
-                    )
-                })
+            .map(|l| {
+                format!(
+                    "{}: oldest item {} old, past its queue_lag of {}",
+                    l.source,
+                    idemgate_core::Human(l.lag),
+                    idemgate_core::Human(l.margin)
+                )
             })
             .collect();
         lagging = !late.is_empty();

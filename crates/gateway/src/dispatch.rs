@@ -242,19 +242,15 @@ fn backoff(first: Duration, max: Duration, tries: u32, retry_after: Option<Durat
 /// Warns when the source's oldest queued item is older than its `queue_lag`: past it, the TTL no
 /// longer covers the sender's retries.
 async fn warn_on_lag(state: &AppState, src: &Source) {
-    let Ok(stats) = state.store.inbox_stats().await else {
-        return;
-    };
-    let margin = src.policy.ttl.contract.queue_lag;
-    if let Some(lag) = stats
+    for l in state
+        .lagging()
+        .await
         .iter()
-        .find(|s| s.source == src.name)
-        .and_then(|s| s.oldest_pending)
-        && lag > margin
+        .filter(|l| l.source == src.name)
     {
         tracing::warn!(
-            lag_s = lag.as_secs(),
-            queue_lag_s = margin.as_secs(),
+            lag_s = l.lag.as_secs(),
+            queue_lag_s = l.margin.as_secs(),
             "the inbox's oldest item is older than the source's queue_lag: the TTL no longer covers the sender's retries"
         );
     }

@@ -48,6 +48,14 @@ impl Source {
     }
 }
 
+/// An inbox source whose queue lags past its `queue_lag` margin.
+#[derive(Debug, Clone)]
+pub(crate) struct Lagging {
+    pub source: SourceName,
+    pub lag: Duration,
+    pub margin: Duration,
+}
+
 /// What every handler shares. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState(Arc<Inner>);
@@ -288,6 +296,30 @@ impl AppState {
                 Vec::new()
             }
         }
+    }
+
+    /// Inbox sources whose oldest item is older than their `queue_lag` (past it, the TTL no
+    /// longer covers the sender's retries): each with its lag and margin.
+    pub(crate) async fn lagging(&self) -> Vec<Lagging> {
+        self.inbox_stats()
+            .await
+            .into_iter()
+            .filter_map(|s| {
+                let margin = self
+                    .sources
+                    .get(s.source.as_str())?
+                    .policy
+                    .ttl
+                    .contract
+                    .queue_lag;
+                let lag = s.oldest_pending.filter(|lag| *lag > margin)?;
+                Some(Lagging {
+                    source: s.source,
+                    lag,
+                    margin,
+                })
+            })
+            .collect()
     }
 
     /// The Redis tier's answers since start, when there is a tier.
