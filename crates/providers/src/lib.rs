@@ -61,6 +61,6 @@ pub mod svix;
 pub use error::{ConfigError, SignError, VerifyError};
 pub use scheme::{Algorithm, Encoding, GenericHmac, KeySource, NoneScheme, Scheme};
 pub use secret::Secret;
-pub use verifier::{Verified, Verifier};
+pub use verifier::{Delivery, Verified, Verifier};
 
 pub use idemgate_core::{EventId, KeyError};

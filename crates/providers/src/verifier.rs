@@ -22,6 +22,39 @@ pub struct Verified {
     pub signed_at: Option<SystemTime>,
 }
 
+/// One delivery as a verifier sees it: what [`Verifier::verify_delivery`] may look at.
+///
+/// Most schemes read only the headers and the body; build it with [`Delivery::new`] and add what a
+/// scheme needs besides ([`with_query`](Self::with_query)).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Delivery<'a> {
+    /// The request headers.
+    pub headers: &'a HeaderMap,
+    /// The raw body bytes received.
+    pub body: &'a [u8],
+    /// The request target's query string, without the `?` (schemes that sign the full URL).
+    pub query: Option<&'a str>,
+}
+
+impl<'a> Delivery<'a> {
+    /// A delivery of `body` with `headers`, and nothing else known.
+    pub fn new(headers: &'a HeaderMap, body: &'a [u8]) -> Self {
+        Self {
+            headers,
+            body,
+            query: None,
+        }
+    }
+
+    /// The same delivery, received at a target with this query string (without the `?`).
+    #[must_use]
+    pub fn with_query(mut self, query: Option<&'a str>) -> Self {
+        self.query = query;
+        self
+    }
+}
+
 /// The scheme, validated and ready to run.
 #[derive(Debug)]
 enum Plan {
@@ -168,6 +201,20 @@ impl Verifier {
         body: &[u8],
         now: SystemTime,
     ) -> Result<Verified, VerifyError> {
+        self.verify_delivery(&Delivery::new(headers, body), now)
+    }
+
+    /// [`verify`](Self::verify) with everything the gateway knows of the request: what schemes
+    /// that sign more than the headers and body need.
+    ///
+    /// # Errors
+    /// As [`verify`](Self::verify).
+    pub fn verify_delivery(
+        &self,
+        delivery: &Delivery<'_>,
+        now: SystemTime,
+    ) -> Result<Verified, VerifyError> {
+        let (headers, body) = (delivery.headers, delivery.body);
         let keys = &self.keys;
         let signed_at = match &self.plan {
             Plan::Stripe => Some(stripe::check(keys, headers, body)?),
