@@ -9,7 +9,8 @@
 //!   only (PostgreSQL's `verify-ca`), or nothing but the handshake (`sslmode=require`, encryption
 //!   without authentication, as libpq does it).
 //! - [`describe`] words a rustls error for a person ("the certificate is not valid for the name
-//!   ..."), for the callers' own errors, which name the service.
+//!   ..."), for the callers' own errors, which name the service; [`explain`] and [`find`] dig
+//!   it out of a connection library's error chain.
 //! - With the `test-certs` feature, [`testing::TestCa`] makes a certificate authority and server
 //!   certificates on the spot, for tests that start their own TLS servers.
 //!
@@ -290,20 +291,26 @@ pub fn describe(err: &rustls::Error) -> String {
 /// Walks `err` and its sources for a rustls error and words it with [`describe`]; otherwise
 /// the error's own text. For errors from connection libraries that wrap the TLS failure.
 pub fn explain(err: &(dyn std::error::Error + 'static)) -> String {
+    find(err).map_or_else(|| err.to_string(), describe)
+}
+
+/// The rustls error in `err` or its sources, if there is one: also inside `std::io::Error`s,
+/// however deeply nested (an I/O error's `source` skips the error it wraps).
+pub fn find<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return describe(tls);
+            return Some(tls);
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && let Some(inner) = io.get_ref()
-            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
         {
-            return describe(tls);
+            cur = Some(inner);
+            continue;
         }
         cur = e.source();
     }
-    err.to_string()
+    None
 }
 
 /// `verify-ca`: the chain is checked, the name is not.

@@ -169,3 +169,23 @@ fn unusable_files_are_named() {
         "{err}"
     );
 }
+
+#[test]
+fn explain_finds_the_tls_error_inside_nested_io_errors() {
+    use idemgate_tls::rustls::{CertificateError, Error};
+    // How an HTTP connector reports a refused handshake: tokio-rustls's I/O error, wrapped in
+    // another (an I/O error's `source` skips what it wraps).
+    let tls = Error::InvalidCertificate(CertificateError::UnknownIssuer);
+    let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+    let outer = std::io::Error::other(inner);
+    assert!(matches!(
+        idemgate_tls::find(&outer),
+        Some(Error::InvalidCertificate(CertificateError::UnknownIssuer))
+    ));
+    let worded = idemgate_tls::explain(&outer);
+    assert!(worded.contains("unknown issuer"), "{worded}");
+
+    let plain = std::io::Error::other("connection refused");
+    assert!(idemgate_tls::find(&plain).is_none());
+    assert_eq!(idemgate_tls::explain(&plain), "connection refused");
+}
