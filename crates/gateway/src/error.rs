@@ -113,7 +113,9 @@ impl AppError {
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
             Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),
             Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardFailed),
-            Self::ForwardUnreachable { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable),
+            Self::ForwardUnreachable { .. } => {
+                (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable)
+            }
             Self::ForwardTimeout { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, Outcome::ForwardTimeout)
             }

@@ -211,7 +211,7 @@ pub(crate) async fn forward(
 /// # Errors
 /// A [`Failure`]: a status other than 2xx, no answer (its reason in words, a TLS failure
 /// included), the timeout, or a body longer than `limit`.
-#[allow(dead_code)] // Used by verifiers that fetch their keys.
+#[allow(dead_code)] // For verifiers that fetch their keys (SNS certificates, JWKS).
 pub(crate) async fn get(
     client: &Client,
     url: &hyper::Uri,
@@ -249,4 +249,58 @@ pub(crate) async fn get(
     tokio::time::timeout(timeout, exchange)
         .await
         .unwrap_or(Err(Failure::Timeout(timeout)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server answering `GET /doc` with `doc`, and 404 elsewhere; its `http://` base.
+    async fn serve(doc: &'static str) -> String {
+        let app = axum::Router::new().route("/doc", axum::routing::get(move || async move { doc }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn get_fetches_a_small_document_and_refuses_a_long_one_or_a_non_2xx() {
+        let base = serve("{\"keys\": []}").await;
+        let client = client(&ClientTls::default()).unwrap();
+        let url = |path: &str| format!("{base}{path}").parse::<hyper::Uri>().unwrap();
+        let second = Duration::from_secs(1);
+        let doc = get(&client, &url("/doc"), 64, second).await.unwrap();
+        assert_eq!(&doc[..], b"{\"keys\": []}");
+        let long = get(&client, &url("/doc"), 4, second).await.unwrap_err();
+        assert!(matches!(long, Failure::TooLarge { limit: 4 }), "{long}");
+        let missing = get(&client, &url("/nothing"), 64, second)
+            .await
+            .unwrap_err();
+        assert_eq!(missing.status(), Some(404));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_downstream_is_named_without_its_path_or_credentials() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let url: hyper::Uri = format!("https://user:secret@127.0.0.1:{port}/hook?token=t")
+            .parse()
+            .unwrap();
+        let failure = get(&http_client(), &url, 64, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        let text = failure.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "the downstream https://127.0.0.1:{port} is unreachable: "
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains("secret") && !text.contains("token"),
+            "{text}"
+        );
+    }
 }

@@ -14,6 +14,8 @@
 //!   (413), each request is bounded in time (408), and early answers say `Connection: close`.
 //! - `ingest`: `POST /hooks/{source}`: body limit, signature, event id, fingerprint, claim, then
 //!   forward (or acknowledge) and complete, or release so the sender retries.
+//! - `forward`: the outgoing HTTP client (`http://` and `https://` through rustls, one per
+//!   source's TLS settings), the forward POST and a GET of a small document.
 //! - `dispatch`: inbox mode's dispatcher, one task per inbox source: takes queued items under a
 //!   lease, delivers them, retries with backoff, dead-letters what runs out of attempts.
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by

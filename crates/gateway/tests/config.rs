@@ -229,3 +229,100 @@ fn inbox_sources_are_checked_at_load() {
     .unwrap_err();
     assert!(e.contains("needs a SQL store"), "{e}");
 }
+
+#[test]
+fn https_forward_urls_take_a_tls_table_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = idemgate_tls::testing::TestCa::new("downstream CA");
+    let ca_file = ca.write(dir.path(), "ca").display().to_string();
+    let (cert, key) = ca.issue(&["idemgate"]).write(dir.path(), "client");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let https = format!("{STRIPE}forward_url = \"https://hooks.internal.test/stripe\"\n");
+
+    // Without [source.tls]: the system's authorities. With it: the keys as written.
+    let config = load(&https).unwrap();
+    let policy = config.sources[0].policy(0).unwrap();
+    assert_eq!(policy.tls, Some(idemgate_tls::ClientTls::default()));
+    let config = load(&format!(
+        "{https}[source.tls]\nca_file = {ca_file:?}\nsystem_roots = false\nclient_cert = {cert:?}\nclient_key = {key:?}\n"
+    ))
+    .unwrap();
+    let tls = config.sources[0].policy(0).unwrap().tls.unwrap();
+    assert_eq!(tls.ca_file.as_deref(), Some(std::path::Path::new(&ca_file)));
+    assert!(!tls.system_roots);
+    assert_eq!(tls.verify, idemgate_tls::Verify::Full);
+    // An http:// URL speaks no TLS.
+    assert_eq!(
+        load(&format!(
+            "{STRIPE}forward_url = \"http://127.0.0.1:9/hook\"\n"
+        ))
+        .unwrap()
+        .sources[0]
+            .policy(0)
+            .unwrap()
+            .tls,
+        None
+    );
+
+    let missing = dir.path().join("nowhere.pem").display().to_string();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let not_pem = not_pem.display().to_string();
+    for (table, says) in [
+        (
+            format!("ca_file = {missing:?}"),
+            vec!["tls.ca_file", "cannot read the CA file", "nowhere.pem"],
+        ),
+        (
+            format!("ca_file = {not_pem:?}"),
+            vec!["tls.ca_file", "not.pem", "no usable PEM certificate"],
+        ),
+        (
+            format!("client_cert = {cert:?}"),
+            vec!["tls.client_key", "is needed with tls.client_cert"],
+        ),
+        (
+            format!("client_key = {key:?}"),
+            vec!["tls.client_cert", "is needed with tls.client_key"],
+        ),
+        (
+            format!("client_cert = {cert:?}\nclient_key = {not_pem:?}"),
+            vec!["tls.client_key", "not.pem", "private key"],
+        ),
+        (
+            // The CA's certificate is not the client key's.
+            format!("client_cert = {ca_file:?}\nclient_key = {key:?}"),
+            vec!["tls.client_cert", "cannot be used with its key"],
+        ),
+        (
+            "system_roots = false".to_owned(),
+            vec!["tls.ca_file", "nothing would be trusted"],
+        ),
+        (
+            "ca_fil = \"ca.pem\"".to_owned(),
+            vec!["ca_fil", "unknown key", "did you mean ca_file?"],
+        ),
+    ] {
+        let e = load(&format!("{https}[source.tls]\n{table}\n")).unwrap_err();
+        assert!(e.contains("stripe-live"), "{table}: names the source: {e}");
+        for part in says {
+            assert!(e.contains(part), "{table}: {e:?} should say {part:?}");
+        }
+        assert!(e.contains("line"), "{table}: located: {e}");
+    }
+
+    // [source.tls] where no TLS is spoken would do nothing: refused.
+    let e = load(&format!(
+        "{STRIPE}forward_url = \"http://127.0.0.1:9/hook\"\n[source.tls]\nca_file = {ca_file:?}\n"
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("source \"stripe-live\": tls: is set but forward_url is http://"),
+        "{e}"
+    );
+    let e = load(&format!("{STRIPE}[source.tls]\nca_file = {ca_file:?}\n")).unwrap_err();
+    assert!(e.contains("no forward_url"), "{e}");
+    // Other schemes are not URLs the gateway can send to.
+    let e = load(&format!("{STRIPE}forward_url = \"ftp://127.0.0.1/hook\"\n")).unwrap_err();
+    assert!(e.contains("not an http:// or https:// URL"), "{e}");
+}

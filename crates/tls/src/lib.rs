@@ -28,7 +28,8 @@ use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
-    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
+    SignatureScheme,
 };
 
 #[cfg(feature = "test-certs")]

@@ -80,7 +80,8 @@ fn full_verification_accepts_the_right_ca_and_host_only() {
 
     let wrong_host = handshake(&client, &ca, &["db.test"], "other.test").unwrap_err();
     assert!(
-        wrong_host.contains("not valid for the host name connected to, other.test (it names db.test)"),
+        wrong_host
+            .contains("not valid for the host name connected to, other.test (it names db.test)"),
         "{wrong_host}"
     );
     let wrong_ip = handshake(&client, &ca, &["db.test", "10.0.0.1"], "127.0.0.1").unwrap_err();

@@ -556,10 +556,13 @@ impl Config {
         )
     }
 
-    /// `error`, with the file and line where its key is written, when that can be told.
+    /// `error`, with the file and line where its key is written (for a key that is missing,
+    /// where its table is), when that can be told.
     pub fn locate(&self, error: ConfigError, file: Option<&Path>) -> ConfigError {
         let at = file.and_then(|f| {
-            let line = report::line_of(f, &self.key_of(&error)?)?;
+            let key = self.key_of(&error)?;
+            let line =
+                report::line_of(f, &key).or_else(|| report::line_of(f, key.split_last()?.1))?;
             Some((f.display().to_string(), line))
         });
         match at {
