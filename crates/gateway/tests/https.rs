@@ -293,3 +293,28 @@ async fn an_inbox_source_dispatches_over_https_and_dead_letters_a_refused_handsh
     assert_eq!(down.attempts("s:q-2"), Vec::<u32>::new());
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_with_the_same_tls_settings_share_one_client_and_its_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, ca_file) = authority(dir.path(), "downstream");
+    let down =
+        Downstream::start_https(Behaviour::Ok, server_tls(&ca.issue(&["127.0.0.1"]), None)).await;
+    let mut text = config(dir.path(), &down.url, "on_success", &trusting(&ca_file));
+    text.push_str(&format!(
+        "[[source]]\nname = \"t\"\nprovider = \"github\"\nsecrets = [\"y\"]\nforward_url = \"{}\"\n\
+         [source.tls]\n{}\n",
+        down.url,
+        trusting(&ca_file)
+    ));
+    let gw = Gateway::start_with(&text).await;
+    for (source, id) in [("s", "d-1"), ("t", "d-2"), ("s", "d-3")] {
+        let body = format!("{{\"id\": \"{id}\"}}");
+        let headers = sign(&gw, source, id, SystemTime::now(), body.as_bytes());
+        let r = gw.post(&format!("/hooks/{source}"), headers, body).await;
+        assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{:?}", r.body);
+    }
+    assert_eq!(down.total(), 3);
+    assert_eq!(down.connections(), 1, "one pool for both sources");
+    gw.stop().await;
+}
