@@ -98,6 +98,17 @@ pub(crate) fn ttl(args: &TtlArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `provider =` a source of this preset's sender names: the preset itself when idemgate
+/// checks its signature, `generic-hmac` or `none` for `custom` (a sender of your own).
+fn as_source(preset: &str) -> Option<&'static str> {
+    match preset {
+        "custom" => Some("generic-hmac or none"),
+        name => idemgate_providers::Scheme::from_name(name)
+            .ok()
+            .map(|s| s.name()),
+    }
+}
+
 pub(crate) fn providers(json: bool) {
     let all = presets::presets();
     if json {
@@ -116,6 +127,8 @@ pub(crate) fn providers(json: bool) {
                     "source_url": p.source_url,
                     "checked": p.checked,
                     "note": p.note,
+                    "usable_as_source": as_source(p.name).is_some(),
+                    "source_provider": as_source(p.name),
                 })
             })
             .collect();
@@ -135,6 +148,13 @@ pub(crate) fn providers(json: bool) {
         };
         outln!("{:<18} {:<14} {:<18} {}", p.name, window, ttl, p.dedup_key);
         outln!("{:<18} signature: {}", "", p.signature);
+        match as_source(p.name) {
+            Some(provider) if provider != p.name => {
+                outln!("{:<18} as a source: provider = {provider}", "");
+            }
+            Some(_) => {}
+            None => outln!("{:<18} not usable as a source yet", ""),
+        }
         if !p.source_url.is_empty() {
             outln!(
                 "{:<18} source: {} (checked {})",

@@ -169,6 +169,7 @@ fn providers_lists_every_preset_with_its_source() {
         }
         assert!(!p["dedup_key"].as_str().unwrap().is_empty());
         assert!(!p["signature"].as_str().unwrap().is_empty());
+        assert_eq!(p["usable_as_source"], true, "{p}");
     }
     let text = String::from_utf8(idemgate(&["providers"]).stdout).unwrap();
     assert!(
