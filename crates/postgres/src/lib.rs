@@ -39,9 +39,13 @@
 //! Timestamps reach Rust as epoch milliseconds.
 
 pub mod config;
+pub mod connector;
 pub mod error;
 pub mod migrate;
 pub mod sweeper;
+#[cfg(feature = "test-server")]
+pub mod testing;
+pub mod tls;
 
 mod batch;
 mod db;
@@ -50,7 +54,9 @@ mod row;
 mod store;
 
 pub use config::{ConfigError, Expiry, ExpiryMode, PgConfig, PgSettings};
+pub use connector::MakeRustls;
 pub use error::PgError;
 pub use migrate::{MigrateReport, SCHEMA_VERSION, migrate};
 pub use store::PgStore;
 pub use sweeper::MaintenanceReport;
+pub use tls::{PgTls, SslMode};
