@@ -216,15 +216,16 @@ impl PrivatePg {
         self.pg_ctl(&["-m", "immediate"], "stop").await
     }
 
-    /// Runs SQL with psql as the superuser over TCP; its unaligned output, trimmed. Needs a
-    /// `pg_hba.conf` that lets a plain TCP connection in (the default one does).
+    /// Runs SQL with psql as the superuser over the Unix socket (so a `pg_hba.conf` that
+    /// insists on TLS for TCP needs only `local all all trust`); its unaligned output, trimmed.
     ///
     /// # Errors
     /// When psql fails.
     pub async fn psql(&self, sql: &str) -> Result<String, ServerError> {
         let port = self.port.to_string();
+        let socket_dir = self.dir.to_string_lossy();
         let args = [
-            "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port, "-U",
+            "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", &socket_dir, "-p", &port, "-U",
             &self.user, "-d", "postgres", "-c", sql,
         ];
         let program = self.bin.join("psql");
@@ -243,6 +244,23 @@ impl PrivatePg {
             });
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The command line (program first) that stops the server at once, whatever this process
+    /// is doing: for a cleanup script that outlives it.
+    pub fn stop_command(&self) -> Vec<std::ffi::OsString> {
+        let cmd = self.immediate_stop();
+        std::iter::once(cmd.get_program().to_owned())
+            .chain(cmd.get_args().map(ToOwned::to_owned))
+            .collect()
+    }
+
+    fn immediate_stop(&self) -> std::process::Command {
+        let mut cmd = self.command("pg_ctl");
+        cmd.arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "stop"]);
+        cmd
     }
 
     /// The last `lines` lines of the server's log.
@@ -313,10 +331,7 @@ impl Drop for PrivatePg {
         // A Drop cannot await; pg_ctl returns as soon as the server is down. A server that never
         // started (or was stopped) makes pg_ctl fail, which is fine.
         let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"])
+            .immediate_stop()
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
