@@ -293,10 +293,13 @@ impl PgConfig {
     /// and a file that cannot be read or holds nothing usable ([`ConfigError::TlsFile`]).
     pub fn tls_connector(&self) -> Result<MakeRustls, ConfigError> {
         let plan = self.tls_plan()?;
-        let config = plan.client.config().map_err(|source| ConfigError::TlsFile {
-            key: tls::key_of(&source),
-            source,
-        })?;
+        let config = plan
+            .client
+            .config()
+            .map_err(|source| ConfigError::TlsFile {
+                key: tls::key_of(&source),
+                source,
+            })?;
         Ok(MakeRustls::new(config))
     }
 
@@ -587,6 +590,9 @@ mod tests {
             dir.path().join("client.missing").display()
         ));
         let err = cfg.validate().unwrap_err();
-        assert!(err.to_string().starts_with("postgres.tls.client_key"), "{err}");
+        assert!(
+            err.to_string().starts_with("postgres.tls.client_key"),
+            "{err}"
+        );
     }
 }

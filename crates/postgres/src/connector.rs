@@ -215,7 +215,13 @@ mod tests {
     fn what_is_not_a_certificate_has_no_binding() {
         assert_eq!(tls_server_end_point(&[]), None);
         assert_eq!(tls_server_end_point(&[0x30, 0x05, 0x30, 0x00]), None);
-        assert_eq!(tls_server_end_point(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
-        assert_eq!(der(&[0x02, 0x01, 0x07, 0x09], 0x02), Some((&[0x07][..], &[0x09][..])));
+        assert_eq!(
+            tls_server_end_point(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
+            None
+        );
+        assert_eq!(
+            der(&[0x02, 0x01, 0x07, 0x09], 0x02),
+            Some((&[0x07][..], &[0x09][..]))
+        );
     }
 }

@@ -79,6 +79,69 @@ impl PrivatePg {
     /// [`ServerError::NoBinaries`] when `bin` lacks initdb or pg_ctl; otherwise what failed,
     /// with its output.
     pub async fn init(bin: &Path, dir: &Path, user: &str) -> Result<Self, ServerError> {
+        let pg = Self::prepare(bin, dir, user).await?;
+        let data = pg.data.to_string_lossy().into_owned();
+        let args = [
+            "-D",
+            &data,
+            "-U",
+            user,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ];
+        pg.run("initdb", &args).await?;
+        Ok(pg)
+    }
+
+    /// Like [`PrivatePg::init`], but the data directory is a copy of one initdb made once and
+    /// kept in `cache` (a test binary's `CARGO_TARGET_TMPDIR`): initdb is most of a private
+    /// server's start-up, so tests that each start one share its work, across runs too.
+    ///
+    /// # Errors
+    /// As [`PrivatePg::init`], and when the copy fails.
+    pub async fn init_cached(
+        bin: &Path,
+        dir: &Path,
+        user: &str,
+        cache: &Path,
+    ) -> Result<Self, ServerError> {
+        let name: String = format!("{}-{user}", bin.display())
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let template = cache.join(format!("initdb{name}"));
+        if !template.exists() {
+            // Made aside and renamed into place, so a half-made template is never used; when
+            // several tests race, one rename wins and the others' copies are removed.
+            let unique = format!(
+                "{}-{:x}",
+                std::process::id(),
+                idemgate_core::machine::nonce()
+            );
+            let scratch = std::env::temp_dir().join(format!("idemgate-initdb-{unique}"));
+            let staging = cache.join(format!(".initdb{name}-{unique}"));
+            let made = Self::init(bin, &scratch, user).await;
+            let copied = match &made {
+                Ok(made) => copy(&made.data, &staging).await,
+                Err(_) => Ok(()),
+            };
+            drop(made);
+            let _ = std::fs::remove_dir_all(&scratch);
+            copied?;
+            if std::fs::rename(&staging, &template).is_err() {
+                let _ = std::fs::remove_dir_all(&staging);
+            }
+        }
+        let pg = Self::prepare(bin, dir, user).await?;
+        copy(&template, &pg.data).await?;
+        Ok(pg)
+    }
+
+    /// `dir` made and handed over, a free port chosen; no data directory yet.
+    async fn prepare(bin: &Path, dir: &Path, user: &str) -> Result<Self, ServerError> {
         if !bin.join("initdb").exists() || !bin.join("pg_ctl").exists() {
             return Err(ServerError::NoBinaries {
                 bin: bin.to_owned(),
@@ -107,11 +170,6 @@ impl PrivatePg {
             owner,
         };
         pg.hand_over(dir)?;
-        let data = pg.data.to_string_lossy().into_owned();
-        let args = [
-            "-D", &data, "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync",
-        ];
-        pg.run("initdb", &args).await?;
         Ok(pg)
     }
 
@@ -225,8 +283,21 @@ impl PrivatePg {
         let port = self.port.to_string();
         let socket_dir = self.dir.to_string_lossy();
         let args = [
-            "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", &socket_dir, "-p", &port, "-U",
-            &self.user, "-d", "postgres", "-c", sql,
+            "-X",
+            "-q",
+            "-At",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            &socket_dir,
+            "-p",
+            &port,
+            "-U",
+            &self.user,
+            "-d",
+            "postgres",
+            "-c",
+            sql,
         ];
         let program = self.bin.join("psql");
         let out = tokio::process::Command::new(&program)
@@ -319,8 +390,9 @@ impl PrivatePg {
     /// Gives `path` to the server's user, when running as root.
     fn hand_over(&self, path: &Path) -> Result<(), ServerError> {
         match self.owner {
-            Some((uid, gid)) => std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                .map_err(io(format!("handing {} to the postgres user", path.display()))),
+            Some((uid, gid)) => std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io(
+                format!("handing {} to the postgres user", path.display()),
+            )),
             None => Ok(()),
         }
     }
@@ -335,6 +407,27 @@ impl Drop for PrivatePg {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
+    }
+}
+
+/// `cp -a from to`: owners and modes kept (a data directory must stay its user's, mode 0700).
+async fn copy(from: &Path, to: &Path) -> Result<(), ServerError> {
+    let out = tokio::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .await
+        .map_err(io("running cp".to_owned()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(ServerError::Tool {
+            command: format!("cp -a {} {}", from.display(), to.display()),
+            status: out.status.to_string(),
+            output: String::from_utf8_lossy(&out.stderr).into_owned(),
+            log: String::new(),
+        })
     }
 }
 
@@ -385,7 +478,9 @@ async fn user_ids(user: &str) -> Result<(u32, u32), ServerError> {
             Ok(n) if out.status.success() => Ok(n),
             _ => Err(ServerError::Io {
                 what: what(),
-                source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+                source: std::io::Error::other(
+                    String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                ),
             }),
         }
     };

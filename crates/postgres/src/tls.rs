@@ -240,7 +240,7 @@ fn split_key_values(text: &str, tls: &mut UrlTls) -> Result<String, ConfigError>
         }
         while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
         if chars.next_if(|(_, c)| *c == '=').is_none() {
-            return Err(unfinished(&format!("{key:?} is not followed by ="))); // tokio-postgres says the same
+            return Err(unfinished(&format!("{key:?} is not followed by =")));
         }
         while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
         let mut value = String::new();
@@ -250,7 +250,11 @@ fn split_key_values(text: &str, tls: &mut UrlTls) -> Result<String, ConfigError>
                     Some((_, '\'')) => break,
                     Some((_, '\\')) => value.extend(chars.next().map(|(_, c)| c)),
                     Some((_, c)) => value.push(c),
-                    None => return Err(unfinished(&format!("the value of {key:?} has no closing quote"))),
+                    None => {
+                        return Err(unfinished(&format!(
+                            "the value of {key:?} has no closing quote"
+                        )));
+                    }
                 }
             }
         } else {
@@ -304,7 +308,12 @@ impl PgTls {
             "ca_file",
             self.ca_file.clone().map(Roots::File),
         )?;
-        let cert = agree("sslcert", url.sslcert, "client_cert", self.client_cert.clone())?;
+        let cert = agree(
+            "sslcert",
+            url.sslcert,
+            "client_cert",
+            self.client_cert.clone(),
+        )?;
         let key = agree("sslkey", url.sslkey, "client_key", self.client_key.clone())?;
         let mode_given = mode.is_some();
         let mode = mode.unwrap_or(SslMode::Prefer);
@@ -431,7 +440,10 @@ mod tests {
         let (rest, tls) = split(
             "postgres://u@db:5432/app?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20file.pem&connect_timeout=3&sslcert=/c.pem&sslkey=/k.pem",
         );
-        assert_eq!(rest, "postgres://u@db:5432/app?application_name=x&connect_timeout=3");
+        assert_eq!(
+            rest,
+            "postgres://u@db:5432/app?application_name=x&connect_timeout=3"
+        );
         assert_eq!(
             tls,
             UrlTls {
@@ -454,7 +466,10 @@ mod tests {
         );
         assert_eq!(rest, "host=db user=app dbname=app");
         assert_eq!(tls.sslmode, Some(SslMode::VerifyCa));
-        assert_eq!(tls.sslrootcert, Some(Roots::File("/etc/my ca's.pem".into())));
+        assert_eq!(
+            tls.sslrootcert,
+            Some(Roots::File("/etc/my ca's.pem".into()))
+        );
         assert_eq!(tls.sslcert, Some("/c d.pem".into()));
         let (rest, tls) = split("sslrootcert=system host=db");
         assert_eq!(rest, "host=db");
@@ -470,8 +485,14 @@ mod tests {
             let err = split_url(url).unwrap_err();
             assert!(matches!(err, ConfigError::SslMode { .. }), "{url}: {err}");
             let text = err.to_string();
-            assert!(text.contains("sslmode") && text.contains("verify_full"), "{text}");
-            assert!(text.contains("verify-full"), "names what is accepted: {text}");
+            assert!(
+                text.contains("sslmode") && text.contains("verify_full"),
+                "{text}"
+            );
+            assert!(
+                text.contains("verify-full"),
+                "names what is accepted: {text}"
+            );
         }
         for url in [
             "postgres://db/app?sslrootcert=%zz",
@@ -499,15 +520,26 @@ mod tests {
         let p = plan("postgres://db/app?sslmode=require", none.clone()).unwrap();
         assert_eq!(p.client.verify, Verify::EncryptOnly);
         // require with a root certificate behaves as verify-ca.
-        let p = plan("postgres://db/app?sslmode=require&sslrootcert=/ca.pem", none.clone()).unwrap();
+        let p = plan(
+            "postgres://db/app?sslmode=require&sslrootcert=/ca.pem",
+            none.clone(),
+        )
+        .unwrap();
         assert_eq!(p.client.verify, Verify::Chain);
         assert_eq!(p.client.ca_file, Some("/ca.pem".into()));
-        assert!(!p.client.system_roots, "a CA file replaces the system's authorities");
+        assert!(
+            !p.client.system_roots,
+            "a CA file replaces the system's authorities"
+        );
 
         let p = plan("postgres://db/app?sslmode=verify-full", none.clone()).unwrap();
         assert_eq!(p.client.verify, Verify::Full);
         assert!(p.client.system_roots);
-        let p = plan("postgres://db/app?sslmode=verify-full&sslrootcert=system", none).unwrap();
+        let p = plan(
+            "postgres://db/app?sslmode=verify-full&sslrootcert=system",
+            none,
+        )
+        .unwrap();
         assert!(p.client.system_roots && p.client.ca_file.is_none());
 
         let settings = PgTls {
@@ -527,20 +559,33 @@ mod tests {
         let err = plan("postgres://db/app?sslmode=verify-ca", PgTls::default()).unwrap_err();
         assert!(err.to_string().starts_with("postgres.tls.ca_file"), "{err}");
 
-        let err = plan("postgres://db/app?sslmode=require&sslrootcert=system", PgTls::default())
-            .unwrap_err();
+        let err = plan(
+            "postgres://db/app?sslmode=require&sslrootcert=system",
+            PgTls::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ConfigError::SystemRoots { .. }), "{err}");
 
         let err = plan("postgres://db/app?sslcert=/c.pem", PgTls::default()).unwrap_err();
-        assert!(err.to_string().starts_with("postgres.tls.client_key"), "{err}");
+        assert!(
+            err.to_string().starts_with("postgres.tls.client_key"),
+            "{err}"
+        );
         let key_only = PgTls {
             client_key: Some("/k.pem".into()),
             ..PgTls::default()
         };
         let err = plan("postgres://db/app", key_only).unwrap_err();
-        assert!(err.to_string().starts_with("postgres.tls.client_cert"), "{err}");
+        assert!(
+            err.to_string().starts_with("postgres.tls.client_cert"),
+            "{err}"
+        );
 
-        let err = plan("host=db sslmode=disable sslrootcert=/ca.pem", PgTls::default()).unwrap_err();
+        let err = plan(
+            "host=db sslmode=disable sslrootcert=/ca.pem",
+            PgTls::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ConfigError::TlsUnused { .. }), "{err}");
     }
 

@@ -1,5 +1,6 @@
-//! The store over TLS against private PostgreSQL 15 servers (initdb + pg_ctl in a temporary
-//! directory, `ssl = on` with certificates from a test CA), each test its own server: every
+//! The store over TLS against private PostgreSQL 15 servers (`ssl = on` with certificates from
+//! a test CA), each test its own server: a copy of one initdb (kept in `CARGO_TARGET_TMPDIR`)
+//! in a temporary directory in memory where there is `/dev/shm`, started with pg_ctl. Every
 //! `sslmode`, the errors for a certificate refused, client certificate authentication and channel
 //! binding. The shared server on 5432 is used only where a server without TLS is the point.
 //!
@@ -51,7 +52,7 @@ hostssl   all all      127.0.0.1/32 trust
 impl TlsServer {
     /// Starts one, or `None` (a skip; a failure under CI) when PostgreSQL is not installed.
     async fn start() -> Option<Self> {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = cluster_dir();
         let pg = private(dir.path()).await?;
         let ca = TestCa::new("idemgate test CA");
         let server = ca.issue(&["localhost"]);
@@ -107,10 +108,26 @@ impl TlsServer {
     }
 }
 
+/// A directory for a private cluster, removed when dropped: in memory (`/dev/shm`) where there
+/// is one, since writing a cluster's 40 MB to disk takes seconds on a slow one.
+fn cluster_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let parent = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    tempfile::Builder::new()
+        .prefix("idemgate-tls-test-")
+        .tempdir_in(parent)
+        .expect("a temporary directory")
+}
+
 /// A private cluster in `dir` (initdb'd, not started), or `None` (a skip; a failure under CI)
 /// when PostgreSQL is not installed.
 async fn private(dir: &std::path::Path) -> Option<PrivatePg> {
-    match PrivatePg::init(&PrivatePg::bin_dir(), dir, "idemgate").await {
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    match PrivatePg::init_cached(&PrivatePg::bin_dir(), dir, "idemgate", cache).await {
         Err(e @ ServerError::NoBinaries { .. }) => require_service(Err(e), WHAT_TO_INSTALL),
         other => Some(other.expect("initdb")),
     }
@@ -238,7 +255,10 @@ async fn verify_full_refuses_a_host_name_the_certificate_lacks_and_verify_ca_acc
     let cfg = server.config(
         "idemgate",
         "127.0.0.1",
-        &format!("sslmode=verify-ca&sslrootcert={}", server.other_ca.display()),
+        &format!(
+            "sslmode=verify-ca&sslrootcert={}",
+            server.other_ca.display()
+        ),
     );
     let err = PgStore::connect(cfg).await.unwrap_err();
     assert!(err.to_string().contains("unknown issuer"), "{err}");
@@ -326,7 +346,12 @@ async fn channel_binding_ties_scram_to_the_tls_session() {
         ),
     );
     assert!(encrypted(&cfg).await);
-    claims(&PgStore::connect(cfg.clone()).await.expect("scram with channel binding")).await;
+    claims(
+        &PgStore::connect(cfg.clone())
+            .await
+            .expect("scram with channel binding"),
+    )
+    .await;
     let wrong = PgConfig {
         url: cfg.url.replace("correct%20horse", "wrong"),
         ..cfg
@@ -336,7 +361,7 @@ async fn channel_binding_ties_scram_to_the_tls_session() {
 
 #[tokio::test]
 async fn require_against_a_server_without_tls_says_so() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = cluster_dir();
     let Some(pg) = private(dir.path()).await else {
         return;
     };
@@ -376,8 +401,9 @@ async fn a_refused_connection_shows_its_cause() {
     assert!(matches!(err, PgError::Connect { .. }), "{err:?}");
     let text = chain(&err);
     assert!(
-        text.starts_with(&format!("cannot connect to PostgreSQL at 127.0.0.1:{port}/postgres: "))
-            && text.to_lowercase().contains("connection refused"),
+        text.starts_with(&format!(
+            "cannot connect to PostgreSQL at 127.0.0.1:{port}/postgres: "
+        )) && text.to_lowercase().contains("connection refused"),
         "{text}"
     );
 }
