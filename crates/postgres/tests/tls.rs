@@ -2,7 +2,9 @@
 //! a test CA), each test its own server: a copy of one initdb (kept in `CARGO_TARGET_TMPDIR`)
 //! in a temporary directory in memory where there is `/dev/shm`, started with pg_ctl. Every
 //! `sslmode`, the errors for a certificate refused, client certificate authentication and channel
-//! binding. The shared server on 5432 is used only where a server without TLS is the point.
+//! binding. The shared server on 5432 is used only to show that a URL without `sslmode` works
+//! as before (whether that server offers TLS or not: prefer takes it where it is offered, and
+//! falls back to plaintext against a private server without TLS).
 //!
 //! Without initdb (`IDEMGATE_TEST_PG_BIN`, default `/usr/lib/postgresql/15/bin`), each test skips
 //! saying so; with `CI` set, it fails.
@@ -382,14 +384,18 @@ async fn require_against_a_server_without_tls_says_so() {
 }
 
 #[tokio::test]
-async fn prefer_against_the_shared_plain_server_still_works() {
-    let (mut cfg, _guard) = common::config(Expiry::batched());
+async fn prefer_against_the_shared_server_still_works() {
+    // The URL every existing configuration has: no sslmode, so prefer.
+    let (cfg, _guard) = common::config(Expiry::batched());
     assert_eq!(cfg.sslmode().unwrap(), SslMode::Prefer);
-    cfg.tls.sslmode = Some(SslMode::Prefer);
-    let Some(store) = common::connect(cfg).await else {
+    let Some(store) = common::connect(cfg.clone()).await else {
         return;
     };
     claims(&store).await;
+    // Said in the settings, the same.
+    let mut explicit = cfg;
+    explicit.tls.sslmode = Some(SslMode::Prefer);
+    PgStore::connect(explicit).await.expect("prefer, said");
 }
 
 #[tokio::test]
