@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::connector::MakeRustls;
+use crate::tls::{self, PgTls, SslMode, TlsPlan};
+
 /// Rows per batch of the batched sweep, by default.
 const SWEEP_BATCH: NonZeroU32 = NonZeroU32::new(5_000).expect("non-zero");
 /// The pause between batches of the batched sweep, by default.
@@ -104,6 +107,8 @@ pub struct PgSettings {
     /// one day.
     #[serde(with = "humantime_serde")]
     pub partition_width: Duration,
+    /// `[store.postgres.tls]`: TLS for the connections (or the same keys in the URL).
+    pub tls: PgTls,
 }
 
 impl Default for PgSettings {
@@ -117,6 +122,7 @@ impl Default for PgSettings {
             sweep_batch: SWEEP_BATCH,
             sweep_pause: SWEEP_PAUSE,
             partition_width: PARTITION_WIDTH,
+            tls: PgTls::default(),
         }
     }
 }
@@ -144,8 +150,16 @@ impl PgSettings {
 /// names the key of anything wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgConfig {
-    /// `postgres://user@host:port/db` (or key=value form). TLS is not supported.
+    /// `postgres://user@host:port/db?sslmode=verify-full&sslrootcert=/etc/idemgate/db-ca.pem`,
+    /// or the key=value form (`host=db user=app sslmode=verify-full`). libpq's `sslmode`
+    /// (all five), `sslrootcert`, `sslcert` and `sslkey` are understood here, as [`tls`] may
+    /// also give them; without either, `sslmode` is `prefer` (see [`SslMode`]). Other libpq TLS
+    /// parameters (`sslcrl`, `sslpassword`, ...) are refused as unknown.
+    ///
+    /// [`tls`]: Self::tls
     pub url: String,
+    /// TLS settings besides (never against) what the URL says.
+    pub tls: PgTls,
     /// The schema holding idemgate's tables; created by the migrations. Default `idemgate`.
     pub schema: String,
     /// Connections in the pool. Default 16.
@@ -173,6 +187,7 @@ impl PgConfig {
     pub fn from_settings(url: impl Into<String>, settings: &PgSettings) -> Self {
         Self {
             url: url.into(),
+            tls: settings.tls.clone(),
             schema: settings.schema.clone(),
             pool_size: settings.pool_size,
             batch_max: settings.batch_max,
@@ -189,6 +204,7 @@ impl PgConfig {
     /// [`ConfigError`] naming the first key that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.connection_config()?;
+        self.tls_connector()?;
         self.validate_settings()
     }
 
@@ -222,13 +238,19 @@ impl PgConfig {
     /// What [`crate::PgStore::connect`] builds its pool from; build yours from it for
     /// [`crate::PgStore::from_pool`].
     ///
+    /// TLS is as `sslmode` says (the URL's or [`tls`](Self::tls)'s), once the connection is
+    /// made with [`PgConfig::tls_connector`].
+    ///
     /// # Errors
-    /// [`ConfigError::Url`] when the URL does not parse.
+    /// [`ConfigError::Url`] when the URL does not parse, and the TLS settings' errors
+    /// ([`PgConfig::tls_connector`]) but those about the files.
     pub fn connection_config(&self) -> Result<tokio_postgres::Config, ConfigError> {
-        let mut pg: tokio_postgres::Config = self
-            .url
+        let split = tls::split_url(&self.url)?;
+        let mut pg: tokio_postgres::Config = split
+            .rest
             .parse()
             .map_err(|source| ConfigError::Url { source })?;
+        pg.ssl_mode(self.tls.plan(split.tls)?.mode.wire());
         // The schema name is validated as a plain identifier, so it needs no quoting here.
         let mut options = pg.get_options().map(str::to_owned).unwrap_or_default();
         if !options.is_empty() {
@@ -250,9 +272,45 @@ impl PgConfig {
         Ok(pg)
     }
 
+    /// What TLS the connections use, settled from the URL and [`tls`](Self::tls).
+    pub(crate) fn tls_plan(&self) -> Result<TlsPlan, ConfigError> {
+        self.tls.plan(tls::split_url(&self.url)?.tls)
+    }
+
+    /// The `sslmode` the connections use.
+    pub fn sslmode(&self) -> Result<SslMode, ConfigError> {
+        Ok(self.tls_plan()?.mode)
+    }
+
+    /// The TLS connector for [`connection_config`](Self::connection_config)'s connections
+    /// (rustls with *ring*), the CA file and client certificate read. What
+    /// [`crate::PgStore::connect`] connects with; give it to your pool's manager for
+    /// [`crate::PgStore::from_pool`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key: values the URL and the settings give differently, an
+    /// unknown `sslmode`, `verify-ca` without a CA file, a client certificate without its key,
+    /// and a file that cannot be read or holds nothing usable ([`ConfigError::TlsFile`]).
+    pub fn tls_connector(&self) -> Result<MakeRustls, ConfigError> {
+        let plan = self.tls_plan()?;
+        let config = plan
+            .client
+            .config()
+            .map_err(|source| ConfigError::TlsFile {
+                key: tls::key_of(&source),
+                source,
+            })?;
+        Ok(MakeRustls::new(config))
+    }
+
     /// `host:port/dbname` of the URL, for error messages (never the password).
     pub(crate) fn target(&self) -> String {
-        let Ok(pg) = self.url.parse::<tokio_postgres::Config>() else {
+        let Ok(pg) = tls::split_url(&self.url).and_then(|split| {
+            split
+                .rest
+                .parse::<tokio_postgres::Config>()
+                .map_err(|source| ConfigError::Url { source })
+        }) else {
             return "<unparsable url>".to_owned();
         };
         let host = pg
@@ -305,6 +363,42 @@ pub enum ConfigError {
         "postgres.expiry.width: {width:?} does not divide a day evenly (use whole seconds that divide 24h, such as 1h, 6h or 1d)"
     )]
     PartitionWidth { width: Duration },
+    #[error(
+        "postgres.url: sslmode={value:?} is not an sslmode libpq knows (disable, prefer, require, verify-ca or verify-full)"
+    )]
+    SslMode { value: String },
+    #[error("postgres.url: {what}")]
+    UrlSyntax { what: String },
+    #[error(
+        "postgres.url says {url_key}={url_value}, but postgres.tls.{settings_key} = {settings_value}; set it in one place"
+    )]
+    TlsConflict {
+        url_key: &'static str,
+        url_value: String,
+        settings_key: &'static str,
+        settings_value: String,
+    },
+    #[error("{key}: is set, but sslmode is disable, which never uses it")]
+    TlsUnused { key: &'static str },
+    #[error("{key}: not set, and {other} needs it: a client certificate goes with its key")]
+    HalfIdentity {
+        key: &'static str,
+        other: &'static str,
+    },
+    #[error(
+        "{key}: not set, and sslmode=verify-ca checks the server's certificate against a CA file (use verify-full for a server whose certificate a system authority signs)"
+    )]
+    NeedsCa { key: &'static str },
+    #[error(
+        "{key}: sslrootcert=system trusts every authority the system does, which protects only with sslmode=verify-full, not {mode}"
+    )]
+    SystemRoots { key: &'static str, mode: SslMode },
+    #[error("{key}: the file cannot be used")]
+    TlsFile {
+        key: &'static str,
+        #[source]
+        source: idemgate_tls::TlsError,
+    },
 }
 
 #[cfg(test)]
@@ -384,11 +478,23 @@ mod tests {
         let s = settings(
             r#"{"schema": "s", "batch_max": 8, "batch_linger": "1ms", "pool_size": 3,
                 "expiry": "partitioned", "sweep_batch": 10, "sweep_pause": "2s",
-                "partition_width": "6h"}"#,
+                "partition_width": "6h",
+                "tls": {"sslmode": "verify-full", "ca_file": "/ca.pem",
+                        "client_cert": "/c.pem", "client_key": "/k.pem"}}"#,
         )
         .unwrap();
         let cfg = PgConfig::from_settings("postgres://x", &s);
         assert_eq!(cfg.schema, "s");
+        assert_eq!(
+            cfg.tls,
+            PgTls {
+                sslmode: Some(SslMode::VerifyFull),
+                ca_file: Some("/ca.pem".into()),
+                client_cert: Some("/c.pem".into()),
+                client_key: Some("/k.pem".into()),
+            }
+        );
+        assert_eq!(cfg.sslmode().unwrap(), SslMode::VerifyFull);
         assert_eq!(cfg.batch_max.get(), 8);
         assert_eq!(cfg.batch_linger, Duration::from_millis(1));
         assert_eq!(cfg.pool_size.get(), 3);
@@ -426,8 +532,67 @@ mod tests {
     }
 
     #[test]
+    fn tls_settings_refuse_unknown_keys_and_modes() {
+        let err = settings(r#"{"tls": {"sslmode": "verify_full"}}"#).unwrap_err();
+        assert!(err.to_string().contains("verify_full"), "{err}");
+        let err = settings(r#"{"tls": {"ca": "/ca.pem"}}"#).unwrap_err();
+        assert!(err.to_string().contains("`ca`"), "{err}");
+    }
+
+    #[test]
     fn target_hides_the_password() {
         let cfg = PgConfig::new("postgres://u:secret@db.example:6543/app");
         assert_eq!(cfg.target(), "db.example:6543/app");
+        // libpq's modes tokio-postgres does not know do not hide the target.
+        let cfg = PgConfig::new("postgres://u@db.example/app?sslmode=verify-full");
+        assert_eq!(cfg.target(), "db.example:5432/app");
+    }
+
+    #[test]
+    fn the_url_reaches_tokio_postgres_without_the_tls_keys() {
+        let cfg = PgConfig::new(
+            "postgres://u@db.example/app?sslmode=verify-full&application_name=billing",
+        );
+        let pg = cfg.connection_config().unwrap();
+        assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert_eq!(pg.get_application_name(), Some("billing"));
+        let pg = PgConfig::new("host=db user=u sslmode=disable")
+            .connection_config()
+            .unwrap();
+        assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+        let pg = PgConfig::new("host=db user=u").connection_config().unwrap();
+        assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Prefer);
+    }
+
+    #[test]
+    fn tls_files_that_cannot_be_read_name_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pem");
+        let mut cfg = PgConfig::new("postgres://u@db.example/app?sslmode=verify-full");
+        cfg.tls.ca_file = Some(missing.clone());
+        let err = cfg.validate().unwrap_err();
+        assert!(matches!(err, ConfigError::TlsFile { .. }), "{err}");
+        assert!(err.to_string().starts_with("postgres.tls.ca_file"), "{err}");
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert!(cause.contains(&missing.display().to_string()), "{cause}");
+
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        cfg.tls.ca_file = Some(not_pem);
+        let err = cfg.validate().unwrap_err();
+        assert!(err.to_string().starts_with("postgres.tls.ca_file"), "{err}");
+
+        let ca = idemgate_tls::testing::TestCa::new("config test CA");
+        let (cert, _) = ca.issue(&["idemgate"]).write(dir.path(), "client");
+        let cfg = PgConfig::new(format!(
+            "postgres://u@db.example/app?sslmode=require&sslcert={}&sslkey={}",
+            cert.display(),
+            dir.path().join("client.missing").display()
+        ));
+        let err = cfg.validate().unwrap_err();
+        assert!(
+            err.to_string().starts_with("postgres.tls.client_key"),
+            "{err}"
+        );
     }
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use deadpool_postgres::PoolError;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 use crate::config::{Expiry, PgConfig};
 use crate::error::PgError;
@@ -22,6 +22,31 @@ const DEDUP_AHEAD_WIDTHS: u32 = 8;
 /// Partition DDL waits at most this long for a lock, so it never queues claims behind it for long.
 const DDL_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
+/// Warns, once per store, when `sslmode` was left at `prefer` for a server reached over a
+/// network: the connections then go in plaintext whenever the server offers no TLS, and the
+/// server's certificate is not checked.
+fn warn_if_plaintext_may_be_used(cfg: &PgConfig) {
+    let (Ok(plan), Ok(pg)) = (cfg.tls_plan(), cfg.connection_config()) else {
+        return;
+    };
+    let remote = pg.get_hosts().iter().any(|host| match host {
+        tokio_postgres::config::Host::Tcp(name) => {
+            let loopback = name
+                .parse::<std::net::IpAddr>()
+                .map_or(name == "localhost", |ip| ip.is_loopback());
+            !loopback
+        }
+        #[cfg(unix)]
+        tokio_postgres::config::Host::Unix(_) => false,
+    });
+    if remote && !plan.mode_given {
+        tracing::warn!(
+            target = %cfg.target(),
+            "sslmode is not set, so it is prefer: plaintext whenever the server offers no TLS, and the server's certificate is not checked; set sslmode=verify-full (and postgres.tls.ca_file) for a server reached over a network"
+        );
+    }
+}
+
 /// What the store and its batcher share: the pool and the configuration.
 #[derive(Clone)]
 pub(crate) struct Db {
@@ -34,9 +59,10 @@ pub(crate) struct Db {
 impl Db {
     /// A pool of `cfg.pool_size` connections to `cfg.url`, with idemgate's session settings.
     pub(crate) fn connect(cfg: PgConfig) -> Result<Self, PgError> {
+        warn_if_plaintext_may_be_used(&cfg);
         let manager = Manager::from_config(
             cfg.connection_config()?,
-            NoTls,
+            cfg.tls_connector()?,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -61,10 +87,16 @@ impl Db {
     }
 
     pub(crate) async fn client(&self) -> Result<Object, PgError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|source| PgError::Pool { source })
+        self.pool.get().await.map_err(|source| match source {
+            // A new connection that failed at TLS says why as a direct connection would.
+            PoolError::Backend(e) => match PgError::connect(&self.cfg, e) {
+                PgError::Connect { source, .. } => PgError::Pool {
+                    source: PoolError::Backend(source),
+                },
+                tls => tls,
+            },
+            source => PgError::Pool { source },
+        })
     }
 
     /// Runs `op`; when it needed a partition that does not exist yet, creates the partitions

@@ -3,7 +3,8 @@
 use idemgate_core::StoreError;
 use tokio_postgres::error::SqlState;
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, PgConfig};
+use crate::tls::SslMode;
 
 /// Why a PostgreSQL store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -11,10 +12,22 @@ pub enum PgError {
     /// The configuration cannot work.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The server could not be reached or refused the connection.
+    /// The server could not be reached or refused the connection (the cause says why: the
+    /// operating system's error, or the server's own message).
     #[error("cannot connect to PostgreSQL at {target}")]
     Connect {
         target: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The connection failed at TLS: the server's certificate was refused (`reason` says why:
+    /// an unknown issuer, a name it is not valid for, ...), a client certificate was, or the
+    /// server offers no TLS where `sslmode` requires it.
+    #[error("cannot connect to PostgreSQL at {target} with sslmode={sslmode}: {reason}")]
+    Tls {
+        target: String,
+        sslmode: SslMode,
+        reason: String,
         #[source]
         source: tokio_postgres::Error,
     },
@@ -100,6 +113,27 @@ impl PgError {
     /// Wraps a statement error with what was being done.
     pub(crate) fn db(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Self {
         move |source| Self::Db { context, source }
+    }
+
+    /// A connection to `cfg`'s server that failed: [`PgError::Tls`] when it failed at TLS,
+    /// else [`PgError::Connect`].
+    pub(crate) fn connect(cfg: &PgConfig, source: tokio_postgres::Error) -> Self {
+        let target = cfg.target();
+        // tokio-postgres has no accessor for its error kinds; this is how it words Kind::Tls,
+        // the handshake's failure and "server does not support TLS" alike (tests/tls.rs fails
+        // should that change).
+        if source.to_string() == "error performing TLS handshake" {
+            let reason = std::error::Error::source(&source)
+                .map_or_else(|| source.to_string(), idemgate_tls::explain);
+            Self::Tls {
+                target,
+                sslmode: cfg.sslmode().unwrap_or(SslMode::Prefer),
+                reason,
+                source,
+            }
+        } else {
+            Self::Connect { target, source }
+        }
     }
 
     fn db_source(&self) -> Option<&tokio_postgres::Error> {

@@ -6,6 +6,14 @@
 //! - [`config`]: [`PgConfig`] and [`Expiry`] (batched or partitioned), validated with errors
 //!   that name the key; [`PgSettings`], the `[store.postgres]` table of a configuration file,
 //!   deserialized as it is.
+//! - [`tls`]: [`SslMode`] (libpq's five) and [`PgTls`], the `[store.postgres.tls]` table; the
+//!   URL's `sslmode`, `sslrootcert`, `sslcert` and `sslkey` (which tokio-postgres does not know)
+//!   taken out of it and settled with the settings. The README's *TLS* section has the rules, the
+//!   default (`prefer`, and why) and what managed services (RDS, Cloud SQL, Neon, Supabase) need.
+//! - [`connector`]: [`MakeRustls`], tokio-postgres's TLS over tokio-rustls (*ring*), for the pool
+//!   and the migration connection alike, with `tls-server-end-point` channel binding.
+//! - `testing` (feature `test-server`): `PrivatePg`, a private PostgreSQL cluster for tests and
+//!   the chaos suite.
 //! - [`migrate`](mod@migrate): versioned `.sql` migrations, applied in one transaction under an
 //!   advisory lock; a schema migrated by a newer idemgate is refused untouched.
 //! - `store`: [`PgStore`], the [`ClaimStore`](idemgate_core::ClaimStore),
@@ -39,9 +47,13 @@
 //! Timestamps reach Rust as epoch milliseconds.
 
 pub mod config;
+pub mod connector;
 pub mod error;
 pub mod migrate;
 pub mod sweeper;
+#[cfg(feature = "test-server")]
+pub mod testing;
+pub mod tls;
 
 mod batch;
 mod db;
@@ -50,7 +62,9 @@ mod row;
 mod store;
 
 pub use config::{ConfigError, Expiry, ExpiryMode, PgConfig, PgSettings};
+pub use connector::MakeRustls;
 pub use error::PgError;
 pub use migrate::{MigrateReport, SCHEMA_VERSION, migrate};
 pub use store::PgStore;
 pub use sweeper::MaintenanceReport;
+pub use tls::{PgTls, SslMode};

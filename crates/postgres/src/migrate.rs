@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::config::PgConfig;
 use crate::error::PgError;
@@ -59,7 +59,7 @@ pub struct MigrateReport {
 ///
 /// # Errors
 /// [`PgError::Config`] for a bad configuration, [`PgError::Connect`] when the server cannot be
-/// reached, [`PgError::NewerSchema`] when a newer idemgate migrated the schema (nothing changed),
+/// reached or refuses the connection, [`PgError::Tls`] when TLS fails, [`PgError::NewerSchema`] when a newer idemgate migrated the schema (nothing changed),
 /// [`PgError::ModeMismatch`] when the schema was created for the other expiry mode, and
 /// [`PgError::Db`] when a statement fails (the migration rolled back).
 pub async fn migrate(cfg: &PgConfig) -> Result<MigrateReport, PgError> {
@@ -132,10 +132,10 @@ pub async fn check_existing(cfg: &mut PgConfig) -> Result<(), PgError> {
 /// One connection outside the pool, its driver task spawned.
 pub(crate) async fn connect_one(cfg: &PgConfig) -> Result<Client, PgError> {
     let pg = cfg.connection_config()?;
-    let (client, connection) = pg.connect(NoTls).await.map_err(|source| PgError::Connect {
-        target: cfg.target(),
-        source,
-    })?;
+    let (client, connection) = pg
+        .connect(cfg.tls_connector()?)
+        .await
+        .map_err(|source| PgError::connect(cfg, source))?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "migration connection closed");

@@ -58,11 +58,12 @@ impl fmt::Debug for PgStore {
 
 impl PgStore {
     /// Validates `cfg`, migrates the schema, creates the partitions needed ahead and starts the
-    /// claim batcher (on the current tokio runtime).
+    /// claim batcher (on the current tokio runtime). Every connection (the migration's and the
+    /// pool's) uses TLS as `cfg`'s `sslmode` says ([`PgConfig::tls_connector`]).
     ///
     /// # Errors
     /// Everything [`migrate()`] refuses ([`PgError::Config`], [`PgError::Connect`],
-    /// [`PgError::NewerSchema`], [`PgError::ModeMismatch`]), and [`PgError::Db`] when the
+    /// [`PgError::Tls`], [`PgError::NewerSchema`], [`PgError::ModeMismatch`]), and [`PgError::Db`] when the
     /// partitions cannot be created.
     pub async fn connect(cfg: PgConfig) -> Result<Self, PgError> {
         migrate(&cfg).await?;
@@ -78,7 +79,8 @@ impl PgStore {
     /// The store's statements name its tables unqualified, so every connection of the pool must
     /// run with `cfg.schema` first on its `search_path`. A pool whose manager is built from
     /// [`PgConfig::connection_config`] does, and has idemgate's other session settings too (UTC,
-    /// generic plans, the application name). `cfg.url` is used here only to name the server in
+    /// generic plans, the application name); give it [`PgConfig::tls_connector`] for the TLS
+    /// `connect` would use. `cfg.url` is used here only to name the server in
     /// errors, and `cfg.pool_size` not at all: the pool keeps its own size (give it more than
     /// `batch_inflight` connections, for completions and lookups beside the claim batches).
     ///
