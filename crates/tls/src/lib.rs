@@ -85,14 +85,14 @@ impl Default for ClientTls {
 #[non_exhaustive]
 pub enum TlsError {
     /// A file could not be read.
-    #[error("cannot read the {what} {}: {source}", path.display())]
+    #[error("cannot read the {what} {}: {io}", path.display())]
     Read {
         /// What the file should hold ("CA file", "client certificate", ...).
         what: &'static str,
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a source: an error chain would print it twice).
+        io: std::io::Error,
     },
     /// A file holds no PEM block of the kind needed, or a broken one.
     #[error("the {what} {} holds no usable PEM {kind}: {why}", path.display())]
@@ -259,10 +259,10 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 }
 
 fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|io| TlsError::Read {
         what,
         path: path.to_owned(),
-        source,
+        io,
     })
 }
 

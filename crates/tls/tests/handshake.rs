@@ -136,6 +136,8 @@ fn unusable_files_are_named() {
         "{err}"
     );
     assert!(err.to_string().contains("nope.pem"), "{err}");
+    // The OS reason is in the message once, and not again as a source.
+    assert!(std::error::Error::source(&err).is_none(), "{err:?}");
 
     let junk = dir.path().join("junk.pem");
     std::fs::write(&junk, "not a certificate\n").unwrap();
