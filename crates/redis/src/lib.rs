@@ -13,7 +13,8 @@
 //! # Layout
 //!
 //! - [`config`]: [`RedisConfig`] (store mode), [`TierConfig`] (tier mode), the [`Target`] (one
-//!   URL or Cluster seed nodes) and [`ConfigError`].
+//!   URL or Cluster seed nodes), [`RedisTls`] (the CA file and client certificate of a
+//!   `rediss://` target) and [`ConfigError`].
 //! - [`settings`]: [`RedisSettings`], the gateway's `[store.redis]` table as data (serde), and
 //!   the two configurations built from it.
 //! - `keys`: the key layout. One event's keys share a hash tag, so a script touching them runs on
@@ -42,7 +43,7 @@ pub mod settings;
 pub mod store;
 pub mod tier;
 
-pub use config::{ConfigError, RedisConfig, Target, TierConfig};
+pub use config::{ConfigError, RedisConfig, RedisTls, Target, TierConfig};
 pub use error::RedisError;
 pub use settings::RedisSettings;
 pub use store::RedisStore;
