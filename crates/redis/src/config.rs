@@ -1,11 +1,13 @@
 //! Configuration of both modes.
 
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idemgate_tls::{ClientTls, TlsError, Verify};
+use idemgate_tls::TlsError;
 use redis::{ConnectionAddr, IntoConnectionInfo, TlsCertificates};
+
+pub use crate::tls::RedisTls;
+use crate::tls::TlsKeys;
 
 /// Where Redis is: one server, or the seed nodes of a Cluster.
 ///
@@ -89,120 +91,6 @@ impl Target {
 fn strip(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     rest.rsplit_once('@').map_or(rest, |(_, host)| host)
-}
-
-/// TLS for `rediss://` targets, beyond the URL: whom to trust, and a client certificate.
-///
-/// Every server certificate is checked in full, its chain and the host name the URL gives (for a
-/// Cluster, the addresses the nodes announce). Which authorities are trusted is the redis
-/// crate's rule: **the system's** (the operating system's store, as `rustls-native-certs` finds
-/// it; `SSL_CERT_FILE` and `SSL_CERT_DIR` point elsewhere), read at every connection, **or,
-/// with [`ca_file`](Self::ca_file), only that file's**, never both. `rediss://...#insecure`,
-/// the redis crate's way to skip the check, is refused: a server with its own certificate
-/// authority is trusted by giving that authority's certificate as the CA file.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RedisTls {
-    /// A PEM file of the certificate authorities that sign the servers' certificates, trusted
-    /// instead of the system's.
-    pub ca_file: Option<PathBuf>,
-    /// A PEM certificate (chain) to present, for a server that asks for one
-    /// (`tls-auth-clients yes`); needs [`client_key`](Self::client_key).
-    pub client_cert: Option<PathBuf>,
-    /// The PEM private key of [`client_cert`](Self::client_cert).
-    pub client_key: Option<PathBuf>,
-}
-
-impl RedisTls {
-    /// Checks the files against a target that does (`tls`) or does not use TLS, and reads them
-    /// for the redis crate: `None` when nothing is set (a `rediss://` target then trusts the
-    /// system's authorities).
-    fn certificates(
-        &self,
-        tls: bool,
-        keys: &TargetKeys,
-    ) -> Result<Option<TlsCertificates>, ConfigError> {
-        let k = &keys.tls;
-        let files = [
-            (k.ca_file, &self.ca_file),
-            (k.client_cert, &self.client_cert),
-            (k.client_key, &self.client_key),
-        ];
-        let Some((first_set, _)) = files.iter().find(|(_, file)| file.is_some()) else {
-            return Ok(None);
-        };
-        if !tls {
-            return Err(ConfigError::TlsWithoutRediss {
-                key: first_set,
-                url_key: keys.url,
-            });
-        }
-        let (client_cert, client_key) = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => (Some(cert), Some(key)),
-            (Some(_), None) => {
-                return Err(ConfigError::HalfIdentity {
-                    key: k.client_key,
-                    other: k.client_cert,
-                });
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError::HalfIdentity {
-                    key: k.client_cert,
-                    other: k.client_key,
-                });
-            }
-            (None, None) => (None, None),
-        };
-        // The files as rustls will take them: every CA certificate a trust anchor, the client
-        // certificate and key parsed and matching.
-        let check = ClientTls {
-            ca_file: self.ca_file.clone(),
-            system_roots: false,
-            client_cert: client_cert.cloned(),
-            client_key: client_key.cloned(),
-            verify: if self.ca_file.is_some() {
-                Verify::Full
-            } else {
-                Verify::EncryptOnly
-            },
-        };
-        check.config().map_err(|error| {
-            let key = match &error {
-                TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
-                    "CA file" => k.ca_file,
-                    "client key" => k.client_key,
-                    _ => k.client_cert,
-                },
-                TlsError::Anchor { .. } | TlsError::NoRoots => k.ca_file,
-                _ => k.client_cert,
-            };
-            ConfigError::Tls { key, error }
-        })?;
-        let read = |key: &'static str, what: &'static str, path: &Path| {
-            std::fs::read(path).map_err(|source| ConfigError::Tls {
-                key,
-                error: TlsError::Read {
-                    what,
-                    path: path.to_owned(),
-                    source,
-                },
-            })
-        };
-        let root_cert = match &self.ca_file {
-            Some(path) => Some(read(k.ca_file, "CA file", path)?),
-            None => None,
-        };
-        let client_tls = match (client_cert, client_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(k.client_cert, "client certificate", cert)?,
-                client_key: read(k.client_key, "client key", key)?,
-            }),
-            _ => None,
-        };
-        Ok(Some(TlsCertificates {
-            client_tls,
-            root_cert,
-        }))
-    }
 }
 
 /// Store mode: Redis as the only store.
@@ -307,14 +195,6 @@ pub(crate) struct TargetKeys {
     pub(crate) url: &'static str,
     pub(crate) cluster_nodes: &'static str,
     pub(crate) tls: TlsKeys,
-}
-
-/// What the errors about [`RedisTls`] call its fields.
-#[derive(Debug)]
-pub(crate) struct TlsKeys {
-    pub(crate) ca_file: &'static str,
-    pub(crate) client_cert: &'static str,
-    pub(crate) client_key: &'static str,
 }
 
 impl TargetKeys {

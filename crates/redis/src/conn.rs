@@ -1,8 +1,6 @@
 //! One connection type over standalone Redis and Redis Cluster.
 
-use std::error::Error;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -12,8 +10,6 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRou
 use redis::{
     Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, TlsCertificates, Value,
 };
-
-use idemgate_tls::rustls;
 
 use crate::config::Target;
 
@@ -231,7 +227,7 @@ fn manager_config(t: Timeouts) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-fn client(url: &str, certs: Option<&TlsCertificates>) -> RedisResult<redis::Client> {
+pub(crate) fn client(url: &str, certs: Option<&TlsCertificates>) -> RedisResult<redis::Client> {
     match certs {
         Some(certs) => redis::Client::build_with_tls(url, certs.clone()),
         None => redis::Client::open(url),
@@ -254,91 +250,6 @@ fn cluster_client(
         None => builder,
     }
     .build()
-}
-
-/// Why the TLS handshake failed, in words, when `err` is a TLS failure connecting to `target`.
-///
-/// A Cluster client keeps only the text of its nodes' errors, so for a Cluster the first seed
-/// node is connected to alone, once, to hear the reason (only after a failure, and only for a
-/// `rediss://` Cluster).
-pub(crate) async fn tls_failure(
-    target: &Target,
-    certs: Option<&TlsCertificates>,
-    connect_timeout: Duration,
-    err: &RedisError,
-) -> Option<String> {
-    if let Some(reason) = tls_reason(err) {
-        return Some(reason);
-    }
-    let Target::Cluster(nodes) = target else {
-        return None;
-    };
-    let first = nodes.first()?;
-    let client = client(first, certs).ok()?;
-    if !matches!(
-        client.get_connection_info().addr(),
-        redis::ConnectionAddr::TcpTls { .. }
-    ) {
-        return None;
-    }
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(connect_timeout));
-    match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(_) => None,
-        Err(e) => tls_reason(&e),
-    }
-}
-
-/// The TLS failure in `err`'s chain, in words ([`idemgate_tls::describe`]).
-pub(crate) fn tls_reason(err: &(dyn Error + 'static)) -> Option<String> {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        // The redis crate keeps an I/O error as an `Arc<dyn Error>`, whose `source` skips the
-        // error itself: look inside.
-        let e: &(dyn Error + 'static) = match e.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
-            Some(inner) => &**inner,
-            None => e,
-        };
-        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if let Some(tls) = tls {
-            return Some(words(tls));
-        }
-        cur = e.source();
-    }
-    None
-}
-
-/// A rustls error in words: [`idemgate_tls::describe`], and what a Redis server's alerts about
-/// our own certificate mean (`tls-auth-clients yes`).
-fn words(err: &rustls::Error) -> String {
-    use rustls::AlertDescription as Alert;
-    match err {
-        rustls::Error::AlertReceived(Alert::CertificateRequired) => {
-            "the server asks for a client certificate, and none was presented (set a client \
-             certificate and its key)"
-                .to_owned()
-        }
-        rustls::Error::AlertReceived(
-            alert @ (Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::UnsupportedCertificate
-            | Alert::CertificateUnknown
-            | Alert::CertificateExpired
-            | Alert::CertificateRevoked),
-        ) => format!(
-            "the server refused the client certificate ({alert:?}: is it signed by an authority \
-             the server trusts?)"
-        ),
-        other => idemgate_tls::describe(other),
-    }
 }
 
 fn cluster_config(t: Timeouts) -> ClusterConfig {

@@ -21,6 +21,8 @@
 //!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
 //! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
 //!   start-up checks need.
+//! - `tls`: [`RedisTls`], its files checked against the target and read for the redis crate,
+//!   and TLS failures in words (for a Cluster, learnt from its first seed node).
 //! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua scripts, which live in
 //!   `src/lua/`), `checks` (start-up), `claims`, `record`, `history` (the source streams),
 //!   `stats`, `instances`.
@@ -42,6 +44,7 @@ mod reply;
 pub mod settings;
 pub mod store;
 pub mod tier;
+mod tls;
 
 pub use config::{ConfigError, RedisConfig, RedisTls, Target, TierConfig};
 pub use error::RedisError;

@@ -164,6 +164,31 @@ mod tests {
     }
 
     #[test]
+    fn tls_keys_reach_both_modes() {
+        let s = parse(
+            r#"{"url": "rediss://h:6380", "tls_ca_file": "/nonexistent/ca.pem",
+                "tls_client_cert": "/c.crt", "tls_client_key": "/c.key"}"#,
+        )
+        .unwrap();
+        let tls = RedisTls {
+            ca_file: Some(PathBuf::from("/nonexistent/ca.pem")),
+            client_cert: Some(PathBuf::from("/c.crt")),
+            client_key: Some(PathBuf::from("/c.key")),
+        };
+        assert_eq!(s.tls(), tls);
+        // Both modes read the files, and name the key when one cannot be read.
+        for err in [s.store_config().unwrap_err(), s.tier_config().unwrap_err()] {
+            assert_eq!(err.key(), "store.redis.tls_ca_file");
+            assert!(err.problem().contains("/nonexistent/ca.pem"), "{err}");
+        }
+        let s = parse(r#"{"cluster_nodes": ["rediss://a:1", "redis://b:2"]}"#).unwrap();
+        assert_eq!(
+            s.store_config().unwrap_err().key(),
+            "store.redis.cluster_nodes"
+        );
+    }
+
+    #[test]
     fn unknown_keys_and_bad_durations_are_refused() {
         let err = parse(r#"{"url": "redis://h", "ttl": 3}"#).unwrap_err();
         assert!(err.to_string().contains("ttl"), "{err}");

@@ -69,11 +69,12 @@ use redis::{AsyncCommands, Script, TlsCertificates};
 use tracing::{instrument, warn};
 
 use crate::config::TierConfig;
-use crate::conn::{self, Conn, Timeouts};
+use crate::conn::{Conn, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
 use crate::reply;
+use crate::tls;
 use counters::Counters;
 pub use counters::TierCounters;
 use entry::{Cached, TOMBSTONE};
@@ -210,7 +211,7 @@ impl<S: ClaimStore> TieredStore<S> {
         );
         if let Some(held_back) = s.errors_log.check() {
             // A TLS failure in words (which certificate was refused, and why).
-            let error = conn::tls_reason(error).unwrap_or_else(|| error.to_string());
+            let error = tls::tls_reason(error).unwrap_or_else(|| error.to_string());
             warn!(
                 %error,
                 doing,
