@@ -3,24 +3,28 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use idemgate_tls::TlsError;
+use redis::{ConnectionAddr, IntoConnectionInfo, TlsCertificates};
+
+pub use crate::tls::RedisTls;
+use crate::tls::TlsKeys;
+
 /// Where Redis is: one server, or the seed nodes of a Cluster.
+///
+/// `rediss://` URLs connect over TLS (see [`RedisTls`]); a Cluster's nodes are all `rediss://`
+/// or none is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// `redis://host:port[/db]` (or `redis+unix:///path`).
+    /// `redis://host:port[/db]`, `rediss://host:port[/db]` (TLS) or `redis+unix:///path`.
     Standalone(String),
-    /// `redis://host:port` of one or more Cluster nodes; the client discovers the rest.
+    /// `redis://host:port` (or `rediss://`) of one or more Cluster nodes; the client discovers
+    /// the rest.
     Cluster(Vec<String>),
 }
 
 impl Target {
     /// Where the URLs point, for messages (never a password).
     pub fn describe(&self) -> String {
-        fn strip(url: &str) -> &str {
-            match url.rsplit_once('@') {
-                Some((_, host)) => host,
-                None => url.split_once("://").map_or(url, |(_, rest)| rest),
-            }
-        }
         match self {
             Self::Standalone(url) => strip(url).to_owned(),
             Self::Cluster(nodes) => {
@@ -30,23 +34,63 @@ impl Target {
         }
     }
 
-    fn validate(&self, key: &'static str) -> Result<(), ConfigError> {
-        let urls: &[String] = match self {
-            Self::Standalone(url) => std::slice::from_ref(url),
+    /// Checks that every URL parses and that they agree on TLS; answers whether they use it.
+    fn check(&self, keys: &TargetKeys) -> Result<bool, ConfigError> {
+        let (key, urls): (_, &[String]) = match self {
+            Self::Standalone(url) => (keys.url, std::slice::from_ref(url)),
             Self::Cluster(nodes) if nodes.is_empty() => {
-                return Err(ConfigError::NoClusterNodes { key });
+                return Err(ConfigError::NoClusterNodes {
+                    key: keys.cluster_nodes,
+                });
             }
-            Self::Cluster(nodes) => nodes,
+            Self::Cluster(nodes) => (keys.cluster_nodes, nodes),
         };
+        let mut first: Option<(&str, bool)> = None;
         for url in urls {
-            redis::Client::open(url.as_str()).map_err(|source| ConfigError::Url {
-                key,
-                url: Self::Standalone(url.clone()).describe(),
-                source,
-            })?;
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .map_err(|source| ConfigError::Url {
+                    key,
+                    url: strip(url).to_owned(),
+                    source,
+                })?;
+            let tls = match info.addr() {
+                ConnectionAddr::TcpTls { insecure: true, .. } => {
+                    return Err(ConfigError::Insecure {
+                        key,
+                        url: strip(url).to_owned(),
+                        ca_key: keys.tls.ca_file,
+                    });
+                }
+                ConnectionAddr::TcpTls { .. } => true,
+                _ => false,
+            };
+            match first {
+                None => first = Some((url, tls)),
+                Some((other, other_tls)) if other_tls != tls => {
+                    let (plain, secure) = if tls {
+                        (other, url.as_str())
+                    } else {
+                        (url.as_str(), other)
+                    };
+                    return Err(ConfigError::MixedTls {
+                        key,
+                        plain: strip(plain).to_owned(),
+                        secure: strip(secure).to_owned(),
+                    });
+                }
+                Some(_) => {}
+            }
         }
-        Ok(())
+        Ok(first.is_some_and(|(_, tls)| tls))
     }
+}
+
+/// A Redis URL without its scheme and password: `host:port[/db]`.
+fn strip(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.rsplit_once('@').map_or(rest, |(_, host)| host)
 }
 
 /// Store mode: Redis as the only store.
@@ -76,6 +120,9 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// A command gives up after this long. Default 2 s.
     pub response_timeout: Duration,
+    /// The CA file and client certificate of a `rediss://` target. Default none: the system's
+    /// authorities, no client certificate.
+    pub tls: RedisTls,
 }
 
 impl RedisConfig {
@@ -99,20 +146,23 @@ impl RedisConfig {
             source_stream_maxlen: NonZeroUsize::new(100_000),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            tls: RedisTls::default(),
         }
     }
 
-    /// Checks every key.
+    /// Checks every key, reading the TLS files.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first key that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.check(&StoreKeys::LIBRARY)
+        self.check(&StoreKeys::LIBRARY).map(drop)
     }
 
-    /// Checks every key, naming each as `keys` says.
-    pub(crate) fn check(&self, keys: &StoreKeys) -> Result<(), ConfigError> {
-        self.target.validate(keys.url)?;
+    /// Checks every key, naming each as `keys` says, and reads the TLS files (`None` when no
+    /// file is set).
+    pub(crate) fn check(&self, keys: &StoreKeys) -> Result<Option<TlsCertificates>, ConfigError> {
+        let tls = self.target.check(&keys.target)?;
+        let certificates = self.tls.certificates(tls, &keys.target)?;
         validate_prefix(keys.key_prefix, &self.key_prefix)?;
         if self.history_per_event.get() > MAX_HISTORY_PER_EVENT {
             return Err(ConfigError::TooMany {
@@ -135,8 +185,29 @@ impl RedisConfig {
                 return Err(ConfigError::TooShort { key, value });
             }
         }
-        Ok(())
+        Ok(certificates)
     }
+}
+
+/// What the errors about a [`Target`] and its [`RedisTls`] call their keys.
+#[derive(Debug)]
+pub(crate) struct TargetKeys {
+    pub(crate) url: &'static str,
+    pub(crate) cluster_nodes: &'static str,
+    pub(crate) tls: TlsKeys,
+}
+
+impl TargetKeys {
+    /// As written in the gateway's `[store.redis]` table (both modes).
+    pub(crate) const SECTION: Self = Self {
+        url: "store.redis.url",
+        cluster_nodes: "store.redis.cluster_nodes",
+        tls: TlsKeys {
+            ca_file: "store.redis.tls_ca_file",
+            client_cert: "store.redis.tls_client_cert",
+            client_key: "store.redis.tls_client_key",
+        },
+    };
 }
 
 /// What [`RedisConfig`]'s errors call its keys: by field (`redis.url`) when it is built in code,
@@ -144,7 +215,7 @@ impl RedisConfig {
 /// [`crate::RedisSettings`].
 #[derive(Debug)]
 pub(crate) struct StoreKeys {
-    pub(crate) url: &'static str,
+    pub(crate) target: TargetKeys,
     pub(crate) key_prefix: &'static str,
     pub(crate) history_per_event: &'static str,
     pub(crate) history_retention: &'static str,
@@ -153,8 +224,16 @@ pub(crate) struct StoreKeys {
 }
 
 impl StoreKeys {
-    const LIBRARY: Self = Self {
-        url: "redis.url",
+    pub(crate) const LIBRARY: Self = Self {
+        target: TargetKeys {
+            url: "redis.url",
+            cluster_nodes: "redis.cluster_nodes",
+            tls: TlsKeys {
+                ca_file: "redis.tls.ca_file",
+                client_cert: "redis.tls.client_cert",
+                client_key: "redis.tls.client_key",
+            },
+        },
         key_prefix: "redis.key_prefix",
         history_per_event: "redis.history_per_event",
         history_retention: "redis.history_retention",
@@ -163,7 +242,7 @@ impl StoreKeys {
     };
 
     pub(crate) const SECTION: Self = Self {
-        url: "store.redis.url",
+        target: TargetKeys::SECTION,
         key_prefix: "store.redis.key_prefix",
         history_per_event: "store.redis.history_per_event",
         history_retention: "store.redis.history_retention",
@@ -195,6 +274,8 @@ pub struct TierConfig {
     pub connect_timeout: Duration,
     /// A command gives up after this long. Default 250 ms.
     pub response_timeout: Duration,
+    /// The CA file and client certificate of a `rediss://` target. Default none.
+    pub tls: RedisTls,
 }
 
 impl TierConfig {
@@ -217,15 +298,23 @@ impl TierConfig {
             release_tombstone: Duration::from_secs(600),
             connect_timeout: Duration::from_millis(250),
             response_timeout: Duration::from_millis(250),
+            tls: RedisTls::default(),
         }
     }
 
-    /// Checks every key.
+    /// Checks every key, reading the TLS files.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first key that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.target.validate("store.redis.url")?;
+        self.check().map(drop)
+    }
+
+    /// Checks every key and reads the TLS files (`None` when no file is set).
+    pub(crate) fn check(&self) -> Result<Option<TlsCertificates>, ConfigError> {
+        let keys = TargetKeys::SECTION;
+        let tls = self.target.check(&keys)?;
+        let certificates = self.tls.certificates(tls, &keys)?;
         validate_prefix("store.redis.key_prefix", &self.key_prefix)?;
         for (key, value) in [
             ("store.redis.release_tombstone", self.release_tombstone),
@@ -236,7 +325,7 @@ impl TierConfig {
                 return Err(ConfigError::TooShort { key, value });
             }
         }
-        Ok(())
+        Ok(certificates)
     }
 }
 
@@ -260,6 +349,37 @@ pub enum ConfigError {
         #[source]
         source: redis::RedisError,
     },
+    #[error(
+        "{key}: {url:?} asks (#insecure) not to check the server's certificate, which idemgate never does; trust the authority that signed it with {ca_key}"
+    )]
+    Insecure {
+        key: &'static str,
+        url: String,
+        ca_key: &'static str,
+    },
+    #[error(
+        "{key}: node {plain} is redis:// but {secure} is rediss://: a Cluster's nodes are all rediss:// (TLS) or none is"
+    )]
+    MixedTls {
+        key: &'static str,
+        plain: String,
+        secure: String,
+    },
+    #[error(
+        "{key}: set, but {url_key} is not a rediss:// URL, so nothing would use it (rediss:// connects over TLS)"
+    )]
+    TlsWithoutRediss {
+        key: &'static str,
+        url_key: &'static str,
+    },
+    #[error("{key}: required with {other} (a client certificate is a certificate and its key)")]
+    HalfIdentity {
+        key: &'static str,
+        other: &'static str,
+    },
+    /// A TLS file that cannot be used; the message names the file and what is wrong with it.
+    #[error("{key}: {error}")]
+    Tls { key: &'static str, error: TlsError },
     #[error("{key}: a Cluster needs at least one seed node")]
     NoClusterNodes { key: &'static str },
     #[error("{key}: set url (standalone) or cluster_nodes (Cluster), one of the two")]
@@ -283,6 +403,11 @@ impl ConfigError {
     pub fn key(&self) -> &'static str {
         match self {
             Self::Url { key, .. }
+            | Self::Insecure { key, .. }
+            | Self::MixedTls { key, .. }
+            | Self::TlsWithoutRediss { key, .. }
+            | Self::HalfIdentity { key, .. }
+            | Self::Tls { key, .. }
             | Self::NoClusterNodes { key }
             | Self::UrlOrClusterNodes { key }
             | Self::Prefix { key, .. }

@@ -7,7 +7,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, TlsCertificates, Value,
+};
 
 use crate::config::Target;
 
@@ -48,16 +50,20 @@ pub(crate) struct Timeouts {
 }
 
 impl Conn {
-    /// Connects now.
-    pub(crate) async fn connect(target: &Target, t: Timeouts) -> RedisResult<Self> {
+    /// Connects now, with `certs` (the CA file and client certificate) for a `rediss://`
+    /// target that has them.
+    pub(crate) async fn connect(
+        target: &Target,
+        certs: Option<&TlsCertificates>,
+        t: Timeouts,
+    ) -> RedisResult<Self> {
         match target {
             Target::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                ConnectionManager::new_with_config(client, manager_config(t))
+                ConnectionManager::new_with_config(client(url, certs)?, manager_config(t))
                     .await
                     .map(Self::Single)
             }
-            Target::Cluster(nodes) => cluster_client(nodes, t)?
+            Target::Cluster(nodes) => cluster_client(nodes, certs, t)?
                 .get_async_connection_with_config(cluster_config(t))
                 .await
                 .map(Self::Cluster),
@@ -66,14 +72,18 @@ impl Conn {
 
     /// A connection that connects on first use (and keeps trying on later uses): it never fails
     /// for an unreachable server. Must be called within a Tokio runtime.
-    pub(crate) fn lazy(target: &Target, t: Timeouts) -> RedisResult<Self> {
+    pub(crate) fn lazy(
+        target: &Target,
+        certs: Option<&TlsCertificates>,
+        t: Timeouts,
+    ) -> RedisResult<Self> {
         match target {
             Target::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                ConnectionManager::new_lazy_with_config(client, manager_config(t)).map(Self::Single)
+                ConnectionManager::new_lazy_with_config(client(url, certs)?, manager_config(t))
+                    .map(Self::Single)
             }
             Target::Cluster(nodes) => Ok(Self::Cluster(
-                cluster_client(nodes, t)?
+                cluster_client(nodes, certs, t)?
                     .get_pending_async_connection_with_config(cluster_config(t)),
             )),
         }
@@ -217,12 +227,29 @@ fn manager_config(t: Timeouts) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-fn cluster_client(nodes: &[String], t: Timeouts) -> RedisResult<ClusterClient> {
-    ClusterClient::builder(nodes.iter().map(String::as_str))
+pub(crate) fn client(url: &str, certs: Option<&TlsCertificates>) -> RedisResult<redis::Client> {
+    match certs {
+        Some(certs) => redis::Client::build_with_tls(url, certs.clone()),
+        None => redis::Client::open(url),
+    }
+}
+
+fn cluster_client(
+    nodes: &[String],
+    certs: Option<&TlsCertificates>,
+    t: Timeouts,
+) -> RedisResult<ClusterClient> {
+    let builder = ClusterClient::builder(nodes.iter().map(String::as_str))
         .connection_timeout(t.connect)
         .response_timeout(t.response)
-        .retries(u32::try_from(t.retries).unwrap_or(u32::MAX))
-        .build()
+        .retries(u32::try_from(t.retries).unwrap_or(u32::MAX));
+    // `certs` turns TLS on for every node; the configuration checked that the nodes are
+    // `rediss://` when there are certificates.
+    match certs {
+        Some(certs) => builder.certs(certs.clone()),
+        None => builder,
+    }
+    .build()
 }
 
 fn cluster_config(t: Timeouts) -> ClusterConfig {

@@ -1,8 +1,12 @@
 //! [`RedisError`]: what can go wrong in this crate, and how it becomes core's [`StoreError`].
 
-use idemgate_core::StoreError;
+use std::time::Duration;
 
-use crate::config::ConfigError;
+use idemgate_core::StoreError;
+use redis::TlsCertificates;
+
+use crate::config::{ConfigError, Target};
+use crate::tls;
 
 /// Why a Redis store operation (or its start) failed.
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +18,16 @@ pub enum RedisError {
     #[error("cannot connect to Redis at {target}")]
     Connect {
         target: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The TLS handshake with the server (or Cluster) failed: its certificate was refused (an
+    /// unknown authority, another host name), or it refused ours.
+    #[error("TLS with Redis at {target} failed: {reason}")]
+    Tls {
+        target: String,
+        /// What went wrong, in words.
+        reason: String,
         #[source]
         source: redis::RedisError,
     },
@@ -40,6 +54,25 @@ impl RedisError {
         move |source| Self::Command { what, source }
     }
 
+    /// `source`, an error reaching `target`, as [`Self::Tls`] when a TLS handshake is what
+    /// failed, and as `otherwise` makes it when not.
+    pub(crate) async fn tls_or(
+        target: &Target,
+        certs: Option<&TlsCertificates>,
+        connect_timeout: Duration,
+        source: redis::RedisError,
+        otherwise: impl FnOnce(redis::RedisError) -> Self,
+    ) -> Self {
+        match tls::tls_failure(target, certs, connect_timeout, &source).await {
+            Some(reason) => Self::Tls {
+                target: target.describe(),
+                reason,
+                source,
+            },
+            None => otherwise(source),
+        }
+    }
+
     pub(crate) fn reply(what: &'static str, detail: impl Into<String>) -> Self {
         Self::Reply {
             what,
@@ -53,9 +86,9 @@ impl From<RedisError> for StoreError {
         let context = e.to_string();
         match e {
             RedisError::Config(source) => StoreError::backend(context, source),
-            RedisError::Connect { source, .. } | RedisError::Command { source, .. } => {
-                StoreError::backend(context, source)
-            }
+            RedisError::Connect { source, .. }
+            | RedisError::Tls { source, .. }
+            | RedisError::Command { source, .. } => StoreError::backend(context, source),
             RedisError::EvictingPolicy { .. } | RedisError::Reply { .. } => {
                 StoreError::backend("Redis store", e)
             }

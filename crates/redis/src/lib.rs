@@ -13,13 +13,16 @@
 //! # Layout
 //!
 //! - [`config`]: [`RedisConfig`] (store mode), [`TierConfig`] (tier mode), the [`Target`] (one
-//!   URL or Cluster seed nodes) and [`ConfigError`].
+//!   URL or Cluster seed nodes), [`RedisTls`] (the CA file and client certificate of a
+//!   `rediss://` target) and [`ConfigError`].
 //! - [`settings`]: [`RedisSettings`], the gateway's `[store.redis]` table as data (serde), and
 //!   the two configurations built from it.
 //! - `keys`: the key layout. One event's keys share a hash tag, so a script touching them runs on
 //!   one Cluster slot; event ids are escaped so no id can break the tag or collide.
 //! - `conn`: one connection type over standalone and Cluster, and the per-master commands the
 //!   start-up checks need.
+//! - `tls`: [`RedisTls`], its files checked against the target and read for the redis crate,
+//!   and TLS failures in words (for a Cluster, learnt from its first seed node).
 //! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua scripts, which live in
 //!   `src/lua/`), `checks` (start-up), `claims`, `record`, `history` (the source streams),
 //!   `stats`, `instances`.
@@ -41,8 +44,9 @@ mod reply;
 pub mod settings;
 pub mod store;
 pub mod tier;
+mod tls;
 
-pub use config::{ConfigError, RedisConfig, Target, TierConfig};
+pub use config::{ConfigError, RedisConfig, RedisTls, Target, TierConfig};
 pub use error::RedisError;
 pub use settings::RedisSettings;
 pub use store::RedisStore;

@@ -1,10 +1,11 @@
 //! [`RedisSettings`]: the gateway's `[store.redis]` table, as this crate reads it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, RedisConfig, StoreKeys, Target, TierConfig};
+use crate::config::{ConfigError, RedisConfig, RedisTls, StoreKeys, Target, TierConfig};
 
 /// `[store.redis]`: with `store.kind = "redis"` the store itself ([`Self::store_config`]); beside
 /// a SQL store, a tier in front of it that answers known duplicates from Redis
@@ -16,6 +17,10 @@ use crate::config::{ConfigError, RedisConfig, StoreKeys, Target, TierConfig};
 /// key_prefix = "idemgate:"
 /// allow_eviction = false              # store mode
 /// history_retention = "7d"            # store mode
+/// # With rediss:// URLs (TLS), both modes:
+/// tls_ca_file = "/etc/idemgate/redis-ca.pem"      # instead of the system's authorities
+/// tls_client_cert = "/etc/idemgate/redis-client.crt"
+/// tls_client_key = "/etc/idemgate/redis-client.key"
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +43,16 @@ pub struct RedisSettings {
     /// memory is dear. `store.history_retention` still trims the sources' history streams.
     #[serde(default, with = "humantime_serde")]
     pub history_retention: Option<Duration>,
+    /// With `rediss://` URLs: a PEM file of the authorities that sign the servers' certificates,
+    /// trusted instead of the system's ([`RedisTls::ca_file`]).
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// With `rediss://` URLs: a PEM client certificate, for servers that ask for one.
+    #[serde(default)]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The PEM private key of `tls_client_cert`.
+    #[serde(default)]
+    pub tls_client_key: Option<PathBuf>,
 }
 
 fn default_key_prefix() -> String {
@@ -61,6 +76,15 @@ impl RedisSettings {
         }
     }
 
+    /// The TLS files, as [`RedisTls`].
+    pub fn tls(&self) -> RedisTls {
+        RedisTls {
+            ca_file: self.tls_ca_file.clone(),
+            client_cert: self.tls_client_cert.clone(),
+            client_key: self.tls_client_key.clone(),
+        }
+    }
+
     /// Store mode's settings (`store.kind = "redis"`), validated.
     ///
     /// # Errors
@@ -68,6 +92,7 @@ impl RedisSettings {
     pub fn store_config(&self) -> Result<RedisConfig, ConfigError> {
         let mut cfg = RedisConfig::new("");
         cfg.target = self.target()?;
+        cfg.tls = self.tls();
         cfg.key_prefix = self.key_prefix.clone();
         cfg.allow_eviction = self.allow_eviction;
         if let Some(retention) = self.history_retention {
@@ -84,6 +109,7 @@ impl RedisSettings {
     pub fn tier_config(&self) -> Result<TierConfig, ConfigError> {
         let mut cfg = TierConfig::new("");
         cfg.target = self.target()?;
+        cfg.tls = self.tls();
         cfg.key_prefix = self.key_prefix.clone();
         cfg.validate()?;
         Ok(cfg)
@@ -109,6 +135,9 @@ mod tests {
                 key_prefix: "idemgate:".to_owned(),
                 allow_eviction: false,
                 history_retention: None,
+                tls_ca_file: None,
+                tls_client_cert: None,
+                tls_client_key: None,
             }
         );
         let s = parse(
@@ -132,6 +161,31 @@ mod tests {
             RedisConfig::new("redis://h").history_retention
         );
         assert_eq!(s.tier_config().unwrap(), TierConfig::new("redis://h"));
+    }
+
+    #[test]
+    fn tls_keys_reach_both_modes() {
+        let s = parse(
+            r#"{"url": "rediss://h:6380", "tls_ca_file": "/nonexistent/ca.pem",
+                "tls_client_cert": "/c.crt", "tls_client_key": "/c.key"}"#,
+        )
+        .unwrap();
+        let tls = RedisTls {
+            ca_file: Some(PathBuf::from("/nonexistent/ca.pem")),
+            client_cert: Some(PathBuf::from("/c.crt")),
+            client_key: Some(PathBuf::from("/c.key")),
+        };
+        assert_eq!(s.tls(), tls);
+        // Both modes read the files, and name the key when one cannot be read.
+        for err in [s.store_config().unwrap_err(), s.tier_config().unwrap_err()] {
+            assert_eq!(err.key(), "store.redis.tls_ca_file");
+            assert!(err.problem().contains("/nonexistent/ca.pem"), "{err}");
+        }
+        let s = parse(r#"{"cluster_nodes": ["rediss://a:1", "redis://b:2"]}"#).unwrap();
+        assert_eq!(
+            s.store_config().unwrap_err().key(),
+            "store.redis.cluster_nodes"
+        );
     }
 
     #[test]

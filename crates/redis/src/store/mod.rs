@@ -49,7 +49,7 @@ use idemgate_core::{
 use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 use tracing::{info, instrument, warn};
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, StoreKeys};
 use crate::conn::{Conn, Node, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
@@ -104,18 +104,26 @@ impl RedisStore {
     /// [`RedisError::Config`], [`RedisError::Connect`], [`RedisError::EvictingPolicy`], or
     /// [`RedisError::Command`] when a check or the script load fails.
     pub async fn connect(cfg: RedisConfig) -> Result<Self, RedisError> {
-        cfg.validate()?;
+        let certs = cfg.check(&StoreKeys::LIBRARY)?;
         let timeouts = Timeouts {
             connect: cfg.connect_timeout,
             response: cfg.response_timeout,
             retries: 3,
         };
-        let conn = Conn::connect(&cfg.target, timeouts)
-            .await
-            .map_err(|source| RedisError::Connect {
-                target: cfg.target.describe(),
-                source,
-            })?;
+        let conn = match Conn::connect(&cfg.target, certs.as_ref(), timeouts).await {
+            Ok(conn) => conn,
+            Err(source) => {
+                let target = &cfg.target;
+                let connect = |source| RedisError::Connect {
+                    target: target.describe(),
+                    source,
+                };
+                let timeout = cfg.connect_timeout;
+                return Err(
+                    RedisError::tls_or(target, certs.as_ref(), timeout, source, connect).await,
+                );
+            }
+        };
         let stream_in_script =
             matches!(conn, Conn::Single(_)) && cfg.source_stream_maxlen.is_some();
         let store_id = Self::identity(&conn, &Keys::new(&cfg.key_prefix)).await?;

@@ -65,7 +65,7 @@ use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, RecordState,
     StoreError, Timestamp,
 };
-use redis::{AsyncCommands, Script};
+use redis::{AsyncCommands, Script, TlsCertificates};
 use tracing::{instrument, warn};
 
 use crate::config::TierConfig;
@@ -74,6 +74,7 @@ use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
 use crate::reply;
+use crate::tls;
 use counters::Counters;
 pub use counters::TierCounters;
 use entry::{Cached, TOMBSTONE};
@@ -98,6 +99,8 @@ impl<S: Clone> Clone for TieredStore<S> {
 #[derive(Debug)]
 struct Shared {
     cfg: TierConfig,
+    /// The TLS files' contents, read once (to learn why a `rediss://` Cluster refused us).
+    certs: Option<TlsCertificates>,
     conn: Conn,
     keys: Keys,
     /// The suffix of this tier's cache keys: the inner store's id ([`Keys::cache_scope`]).
@@ -119,15 +122,17 @@ impl<S: ClaimStore + Identity> TieredStore<S> {
     /// # Errors
     /// [`RedisError::Config`] when `cfg` cannot work.
     pub fn new(inner: S, cfg: TierConfig) -> Result<Self, RedisError> {
-        cfg.validate()?;
+        let certs = cfg.check()?;
         let timeouts = Timeouts {
             connect: cfg.connect_timeout,
             response: cfg.response_timeout,
             retries: 0,
         };
-        let conn = Conn::lazy(&cfg.target, timeouts).map_err(|source| RedisError::Connect {
-            target: cfg.target.describe(),
-            source,
+        let conn = Conn::lazy(&cfg.target, certs.as_ref(), timeouts).map_err(|source| {
+            RedisError::Connect {
+                target: cfg.target.describe(),
+                source,
+            }
         })?;
         let scope = Keys::cache_scope(inner.store_id());
         Ok(Self {
@@ -136,6 +141,7 @@ impl<S: ClaimStore + Identity> TieredStore<S> {
                 keys: Keys::new(&cfg.key_prefix),
                 scope,
                 cfg,
+                certs,
                 conn,
                 fill: Script::new(include_str!("../lua/fill.lua")),
                 counters: Counters::default(),
@@ -162,14 +168,22 @@ impl<S: ClaimStore> TieredStore<S> {
     /// fails, so this is the only way to hear that it is down.
     ///
     /// # Errors
-    /// [`RedisError::Command`] when Redis does not answer.
+    /// [`RedisError::Tls`] when the TLS handshake fails (naming why), [`RedisError::Command`]
+    /// when Redis does not answer.
     pub async fn ping_tier(&self) -> Result<(), RedisError> {
-        let mut conn = self.shared.conn.clone();
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(RedisError::command("PING"))?;
-        Ok(())
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        match redis::cmd("PING").query_async::<String>(&mut conn).await {
+            Ok(_) => Ok(()),
+            Err(source) => Err(RedisError::tls_or(
+                &s.cfg.target,
+                s.certs.as_ref(),
+                s.cfg.connect_timeout,
+                source,
+                RedisError::command("PING"),
+            )
+            .await),
+        }
     }
 
     /// Hits, misses, errors and bypasses so far.
@@ -187,7 +201,7 @@ impl<S: ClaimStore> TieredStore<S> {
     }
 
     /// Counts and (at most once a minute) logs a Redis failure, and skips Redis for a while.
-    fn redis_failed(&self, doing: &'static str, error: &dyn std::fmt::Display) {
+    fn redis_failed(&self, doing: &'static str, error: &(dyn std::error::Error + 'static)) {
         let s = &self.shared;
         s.counters.errors.fetch_add(1, Ordering::Relaxed);
         let retry_ms = u64::try_from(s.cfg.retry_after.as_millis()).unwrap_or(u64::MAX);
@@ -196,6 +210,8 @@ impl<S: ClaimStore> TieredStore<S> {
             Ordering::Relaxed,
         );
         if let Some(held_back) = s.errors_log.check() {
+            // A TLS failure in words (which certificate was refused, and why).
+            let error = tls::tls_reason(error).unwrap_or_else(|| error.to_string());
             warn!(
                 %error,
                 doing,

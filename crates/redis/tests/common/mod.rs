@@ -122,6 +122,72 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port pair found in 20000..40000");
 }
 
+/// The TLS side of a test server (`--tls-port`): its certificate, the authority it trusts for
+/// client certificates, whether it asks clients for one, and the client certificate the
+/// helpers themselves present.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// `--tls-auth-clients yes`: a client without a certificate signed by `ca_file` is refused.
+    pub auth_clients: bool,
+    /// The host name (or address) the helpers connect by: one the server's certificate holds.
+    pub host: String,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl ServerTls {
+    /// What a client that trusts `ca_file` and presents the client certificate needs.
+    pub fn certificates(&self) -> redis::TlsCertificates {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        };
+        redis::TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: read(&self.client_cert),
+                client_key: read(&self.client_key),
+            }),
+            root_cert: Some(read(&self.ca_file)),
+        }
+    }
+
+    /// `redis-server` arguments serving TLS only, on `port`.
+    fn server_args(&self, port: u16) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        let auth = if self.auth_clients { "yes" } else { "no" };
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            path(&self.cert_file),
+            "--tls-key-file".into(),
+            path(&self.key_file),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca_file),
+            "--tls-auth-clients".into(),
+            auth.into(),
+        ]
+    }
+
+    /// `redis-cli` arguments to reach such a server.
+    fn cli_args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            path(&self.ca_file),
+            "--cert".into(),
+            path(&self.client_cert),
+            "--key".into(),
+            path(&self.client_key),
+        ]
+    }
+}
+
 /// A redis-server this test started, on a free loopback port, keeping nothing on disk.
 ///
 /// It runs under a small shell watchdog that stops it (and removes its directory) as soon as
@@ -130,6 +196,11 @@ pub fn free_port() -> u16 {
 #[derive(Debug)]
 pub struct TestServer {
     pub port: u16,
+    /// Whether it serves TLS only (`rediss://`).
+    tls: bool,
+    /// The helpers' own client (trusting the server's authority and presenting a client
+    /// certificate, for a TLS server).
+    client: redis::Client,
     watchdog: Child,
     dir: PathBuf,
 }
@@ -138,6 +209,15 @@ impl TestServer {
     /// Starts one with `extra` arguments (`--maxmemory 2mb`, `--cluster-enabled yes`, ...) and
     /// waits until it answers PING.
     pub fn start(extra: &[&str]) -> Result<Self, String> {
+        Self::launch(None, extra)
+    }
+
+    /// Starts one serving TLS only (`--port 0 --tls-port ...`), with `extra` arguments.
+    pub fn start_tls(tls: &ServerTls, extra: &[&str]) -> Result<Self, String> {
+        Self::launch(Some(tls), extra)
+    }
+
+    fn launch(tls: Option<&ServerTls>, extra: &[&str]) -> Result<Self, String> {
         redis_server_available()?;
         let port = free_port();
         let dir = std::env::temp_dir().join(format!(
@@ -155,11 +235,13 @@ kill "$rs" 2>/dev/null
 wait "$rs" 2>/dev/null
 rm -rf "$dir"
 "#;
-        let port_s = port.to_string();
+        let port_args = match tls {
+            Some(tls) => tls.server_args(port),
+            None => vec!["--port".to_owned(), port.to_string()],
+        };
         let dir_s = dir.display().to_string();
-        let mut args: Vec<&str> = vec![
-            "--port",
-            &port_s,
+        let mut args: Vec<&str> = port_args.iter().map(String::as_str).collect();
+        args.extend([
             "--bind",
             "127.0.0.1",
             "--save",
@@ -172,8 +254,16 @@ rm -rf "$dir"
             &dir_s,
             "--logfile",
             "redis.log",
-        ];
+        ]);
         args.extend_from_slice(extra);
+        let client = match tls {
+            Some(tls) => redis::Client::build_with_tls(
+                format!("rediss://{}:{port}", tls.host),
+                tls.certificates(),
+            ),
+            None => redis::Client::open(format!("redis://127.0.0.1:{port}")),
+        }
+        .map_err(|e| format!("a client for the test server: {e}"))?;
         let watchdog = Command::new("sh")
             .arg("-c")
             .arg(watchdog_script)
@@ -188,6 +278,8 @@ rm -rf "$dir"
             .map_err(|e| format!("spawning redis-server: {e}"))?;
         let server = Self {
             port,
+            tls: tls.is_some(),
+            client,
             watchdog,
             dir,
         };
@@ -195,15 +287,18 @@ rm -rf "$dir"
         Ok(server)
     }
 
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let ping = redis::Client::open(self.url())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            let ping = self
+                .client
+                .get_connection_with_timeout(Duration::from_millis(200))
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
             match ping {
                 Ok(_) => return Ok(()),
@@ -222,8 +317,8 @@ rm -rf "$dir"
 
     /// A blocking connection, for test set-up and assertions.
     pub fn sync_conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        self.client
+            .get_connection_with_timeout(Duration::from_secs(2))
             .expect("connect to the test server")
     }
 }
@@ -231,12 +326,18 @@ rm -rf "$dir"
 impl Drop for TestServer {
     fn drop(&mut self) {
         // The watchdog sees the server gone, and removes its directory.
-        if let Ok(mut con) = redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        if let Ok(mut con) = self
+            .client
+            .get_connection_with_timeout(Duration::from_secs(1))
         {
             let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut con);
         }
-        let _ = self.watchdog.wait();
+        // A server that could not be told (it never answered) is left to the watchdog, which
+        // stops it when the test process is gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.watchdog.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -249,22 +350,36 @@ pub struct TestCluster {
 
 impl TestCluster {
     pub fn start() -> Result<Self, String> {
+        Self::launch(None)
+    }
+
+    /// Three nodes serving TLS only, their cluster bus too (`--tls-cluster yes`).
+    pub fn start_tls(tls: &ServerTls) -> Result<Self, String> {
+        Self::launch(Some(tls))
+    }
+
+    fn launch(tls: Option<&ServerTls>) -> Result<Self, String> {
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ];
+        if tls.is_some() {
+            args.extend(["--tls-cluster", "yes"]);
+        }
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            nodes.push(TestServer::start(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "5000",
-            ])?);
+            nodes.push(TestServer::launch(tls, &args)?);
         }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = Command::new("redis-cli")
+            .args(tls.map(ServerTls::cli_args).unwrap_or_default())
             .arg("--cluster")
             .arg("create")
             .args(&addrs)

@@ -1,0 +1,435 @@
+//! TLS for `rediss://` targets: [`RedisTls`] (the CA file and client certificate), the check of
+//! its files against the target, and TLS failures in words.
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemgate_tls::{ClientTls, TlsError, Verify, rustls};
+use redis::TlsCertificates;
+
+use crate::config::{ConfigError, Target, TargetKeys};
+use crate::conn;
+
+/// TLS for `rediss://` targets, beyond the URL: whom to trust, and a client certificate.
+///
+/// Every server certificate is checked in full, its chain and the host name the URL gives (for a
+/// Cluster, the addresses the nodes announce). Which authorities are trusted is the redis
+/// crate's rule: **the system's** (the operating system's store, as `rustls-native-certs` finds
+/// it; `SSL_CERT_FILE` and `SSL_CERT_DIR` point elsewhere), read at every connection, **or,
+/// with [`ca_file`](Self::ca_file), only that file's**, never both. `rediss://...#insecure`,
+/// the redis crate's way to skip the check, is refused: a server with its own certificate
+/// authority is trusted by giving that authority's certificate as the CA file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    /// A PEM file of the certificate authorities that sign the servers' certificates, trusted
+    /// instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// A PEM certificate (chain) to present, for a server that asks for one
+    /// (`tls-auth-clients yes`); needs [`client_key`](Self::client_key).
+    pub client_cert: Option<PathBuf>,
+    /// The PEM private key of [`client_cert`](Self::client_cert).
+    pub client_key: Option<PathBuf>,
+}
+
+impl RedisTls {
+    /// Checks the files against a target that does (`tls`) or does not use TLS, and reads them
+    /// for the redis crate: `None` when nothing is set (a `rediss://` target then trusts the
+    /// system's authorities).
+    pub(crate) fn certificates(
+        &self,
+        tls: bool,
+        keys: &TargetKeys,
+    ) -> Result<Option<TlsCertificates>, ConfigError> {
+        let k = &keys.tls;
+        let files = [
+            (k.ca_file, &self.ca_file),
+            (k.client_cert, &self.client_cert),
+            (k.client_key, &self.client_key),
+        ];
+        let Some((first_set, _)) = files.iter().find(|(_, file)| file.is_some()) else {
+            return Ok(None);
+        };
+        if !tls {
+            return Err(ConfigError::TlsWithoutRediss {
+                key: first_set,
+                url_key: keys.url,
+            });
+        }
+        let (client_cert, client_key) = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => (Some(cert), Some(key)),
+            (Some(_), None) => {
+                return Err(ConfigError::HalfIdentity {
+                    key: k.client_key,
+                    other: k.client_cert,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::HalfIdentity {
+                    key: k.client_cert,
+                    other: k.client_key,
+                });
+            }
+            (None, None) => (None, None),
+        };
+        // The files as rustls will take them: every CA certificate a trust anchor, the client
+        // certificate and key parsed and matching.
+        let check = ClientTls {
+            ca_file: self.ca_file.clone(),
+            system_roots: false,
+            client_cert: client_cert.cloned(),
+            client_key: client_key.cloned(),
+            verify: if self.ca_file.is_some() {
+                Verify::Full
+            } else {
+                Verify::EncryptOnly
+            },
+        };
+        check.config().map_err(|error| {
+            let key = match &error {
+                TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
+                    "CA file" => k.ca_file,
+                    "client key" => k.client_key,
+                    _ => k.client_cert,
+                },
+                TlsError::Anchor { .. } | TlsError::NoRoots => k.ca_file,
+                _ => k.client_cert,
+            };
+            ConfigError::Tls { key, error }
+        })?;
+        let read = |key: &'static str, what: &'static str, path: &Path| {
+            std::fs::read(path).map_err(|source| ConfigError::Tls {
+                key,
+                error: TlsError::Read {
+                    what,
+                    path: path.to_owned(),
+                    source,
+                },
+            })
+        };
+        let root_cert = match &self.ca_file {
+            Some(path) => Some(read(k.ca_file, "CA file", path)?),
+            None => None,
+        };
+        let client_tls = match (client_cert, client_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(k.client_cert, "client certificate", cert)?,
+                client_key: read(k.client_key, "client key", key)?,
+            }),
+            _ => None,
+        };
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+}
+
+/// What the errors about [`RedisTls`] call its fields.
+#[derive(Debug)]
+pub(crate) struct TlsKeys {
+    pub(crate) ca_file: &'static str,
+    pub(crate) client_cert: &'static str,
+    pub(crate) client_key: &'static str,
+}
+
+/// Why the TLS handshake failed, in words, when `err` is a TLS failure connecting to `target`.
+///
+/// A Cluster client keeps only the text of its nodes' errors, so for a Cluster the first seed
+/// node is connected to alone, once, to hear the reason (only after a failure, and only for a
+/// `rediss://` Cluster).
+pub(crate) async fn tls_failure(
+    target: &Target,
+    certs: Option<&TlsCertificates>,
+    connect_timeout: Duration,
+    err: &redis::RedisError,
+) -> Option<String> {
+    if let Some(reason) = tls_reason(err) {
+        return Some(reason);
+    }
+    let Target::Cluster(nodes) = target else {
+        return None;
+    };
+    let first = nodes.first()?;
+    let client = conn::client(first, certs).ok()?;
+    if !matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    ) {
+        return None;
+    }
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(connect_timeout));
+    match client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    {
+        Ok(_) => None,
+        Err(e) => tls_reason(&e),
+    }
+}
+
+/// The TLS failure in `err`'s chain, in words ([`idemgate_tls::describe`]).
+pub(crate) fn tls_reason(err: &(dyn Error + 'static)) -> Option<String> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        // The redis crate keeps an I/O error as an `Arc<dyn Error>`, whose `source` skips the
+        // error itself: look inside.
+        let e: &(dyn Error + 'static) = match e.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
+            Some(inner) => &**inner,
+            None => e,
+        };
+        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(tls) = tls {
+            return Some(words(tls));
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// A rustls error in words: [`idemgate_tls::describe`], and what a Redis server's alerts about
+/// our own certificate mean (`tls-auth-clients yes`).
+fn words(err: &rustls::Error) -> String {
+    use rustls::AlertDescription as Alert;
+    match err {
+        rustls::Error::AlertReceived(Alert::CertificateRequired) => {
+            "the server asks for a client certificate, and none was presented (set a client \
+             certificate and its key)"
+                .to_owned()
+        }
+        rustls::Error::AlertReceived(
+            alert @ (Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::UnsupportedCertificate
+            | Alert::CertificateUnknown
+            | Alert::CertificateExpired
+            | Alert::CertificateRevoked),
+        ) => format!(
+            "the server refused the client certificate ({alert:?}: is it signed by an authority \
+             the server trusts?)"
+        ),
+        other => idemgate_tls::describe(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idemgate_tls::testing::TestCa;
+
+    use crate::{ConfigError, RedisConfig, TierConfig};
+
+    use super::*;
+
+    /// A CA file, and a client certificate and key it signed, in a temp dir.
+    struct Files {
+        dir: tempfile::TempDir,
+        ca: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+    }
+
+    fn files() -> Files {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("unit CA");
+        let ca_file = ca.write(dir.path(), "ca");
+        let (cert, key) = ca.issue(&["client"]).write(dir.path(), "client");
+        Files {
+            ca: ca_file,
+            cert,
+            key,
+            dir,
+        }
+    }
+
+    fn tier(url: &str, tls: RedisTls) -> TierConfig {
+        let mut cfg = TierConfig::new(url);
+        cfg.tls = tls;
+        cfg
+    }
+
+    #[test]
+    fn rediss_reads_the_files_and_redis_reads_none() {
+        let f = files();
+        let tls = RedisTls {
+            ca_file: Some(f.ca.clone()),
+            client_cert: Some(f.cert.clone()),
+            client_key: Some(f.key.clone()),
+        };
+        let certs = tier("rediss://h:6380", tls.clone())
+            .check()
+            .unwrap()
+            .unwrap();
+        assert_eq!(certs.root_cert, Some(std::fs::read(&f.ca).unwrap()));
+        let client = certs.client_tls.expect("the client certificate");
+        assert_eq!(client.client_cert, std::fs::read(&f.cert).unwrap());
+        assert_eq!(client.client_key, std::fs::read(&f.key).unwrap());
+        // No file: the redis crate's defaults (the system's authorities), nothing to read.
+        assert!(
+            tier("rediss://h:6380", RedisTls::default())
+                .check()
+                .unwrap()
+                .is_none()
+        );
+        let mut cluster = RedisConfig::cluster(["rediss://a:1", "rediss://b:2"]);
+        cluster.tls = tls;
+        cluster.validate().unwrap();
+    }
+
+    #[test]
+    fn insecure_is_refused_naming_the_key() {
+        let err = tier("rediss://h:6380/#insecure", RedisTls::default())
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.key(), "store.redis.url");
+        assert!(
+            err.problem()
+                .contains("\"h:6380/#insecure\" asks (#insecure) not to check")
+                && err.problem().contains("store.redis.tls_ca_file"),
+            "{err}"
+        );
+        let err = RedisConfig::cluster(["rediss://a:1/#insecure"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::Insecure { .. }), "{err}");
+        assert_eq!(err.key(), "redis.cluster_nodes");
+    }
+
+    #[test]
+    fn a_cluster_mixing_redis_and_rediss_names_the_node() {
+        let cfg = TierConfig::cluster(["rediss://a:1", "rediss://b:2", "redis://user:pw@c:3"]);
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "store.redis.cluster_nodes: node c:3 is redis:// but a:1 is rediss://: a Cluster's \
+             nodes are all rediss:// (TLS) or none is"
+        );
+        let cfg = RedisConfig::cluster(["redis://a:1", "rediss://b:2"]);
+        let err = cfg.validate().unwrap_err();
+        assert_eq!(err.key(), "redis.cluster_nodes");
+        assert!(
+            err.problem().starts_with("node a:1 is redis:// but b:2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_target() {
+        let f = files();
+        let tls = RedisTls {
+            ca_file: Some(f.ca.clone()),
+            ..RedisTls::default()
+        };
+        let err = tier("redis://h:6379", tls).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "store.redis.tls_ca_file: set, but store.redis.url is not a rediss:// URL, so nothing \
+             would use it (rediss:// connects over TLS)"
+        );
+        let tls = RedisTls {
+            client_cert: Some(f.cert.clone()),
+            client_key: Some(f.key.clone()),
+            ..RedisTls::default()
+        };
+        let mut cfg = RedisConfig::new("redis://h:6379");
+        cfg.tls = tls;
+        assert_eq!(cfg.validate().unwrap_err().key(), "redis.tls.client_cert");
+    }
+
+    #[test]
+    fn a_ca_file_that_is_missing_or_holds_no_certificate_names_the_key_and_the_file() {
+        let f = files();
+        let missing = f.dir.path().join("nope.pem");
+        let err = tier(
+            "rediss://h",
+            RedisTls {
+                ca_file: Some(missing.clone()),
+                ..RedisTls::default()
+            },
+        )
+        .validate()
+        .unwrap_err();
+        assert_eq!(err.key(), "store.redis.tls_ca_file");
+        assert!(
+            err.problem()
+                .starts_with(&format!("cannot read the CA file {}", missing.display())),
+            "{err}"
+        );
+        // A key is not a certificate.
+        let err = tier(
+            "rediss://h",
+            RedisTls {
+                ca_file: Some(f.key.clone()),
+                ..RedisTls::default()
+            },
+        )
+        .validate()
+        .unwrap_err();
+        assert_eq!(err.key(), "store.redis.tls_ca_file");
+        assert_eq!(
+            err.problem(),
+            format!(
+                "the CA file {} holds no usable PEM certificate: no \"BEGIN CERTIFICATE\" block",
+                f.key.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key_and_they_must_match() {
+        let f = files();
+        let half = |cert: bool| RedisTls {
+            client_cert: cert.then(|| f.cert.clone()),
+            client_key: (!cert).then(|| f.key.clone()),
+            ..RedisTls::default()
+        };
+        let err = tier("rediss://h", half(true)).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "store.redis.tls_client_key: required with store.redis.tls_client_cert (a client \
+             certificate is a certificate and its key)"
+        );
+        let err = tier("rediss://h", half(false)).validate().unwrap_err();
+        assert_eq!(err.key(), "store.redis.tls_client_cert");
+        // The key file holds no key.
+        let err = tier(
+            "rediss://h",
+            RedisTls {
+                client_cert: Some(f.cert.clone()),
+                client_key: Some(f.ca.clone()),
+                ..RedisTls::default()
+            },
+        )
+        .validate()
+        .unwrap_err();
+        assert_eq!(err.key(), "store.redis.tls_client_key");
+        assert!(err.problem().contains(&f.ca.display().to_string()), "{err}");
+        // Another certificate's key.
+        let (_, other_key) = TestCa::new("other")
+            .issue(&["x"])
+            .write(f.dir.path(), "other");
+        let err = tier(
+            "rediss://h",
+            RedisTls {
+                client_cert: Some(f.cert.clone()),
+                client_key: Some(other_key),
+                ..RedisTls::default()
+            },
+        )
+        .validate()
+        .unwrap_err();
+        assert_eq!(err.key(), "store.redis.tls_client_cert");
+        assert!(
+            err.problem().starts_with(&format!(
+                "the client certificate {} cannot be used with its key",
+                f.cert.display()
+            )),
+            "{err}"
+        );
+    }
+}
