@@ -99,12 +99,12 @@ impl RedisTls {
             ConfigError::Tls { key, error }
         })?;
         let read = |key: &'static str, what: &'static str, path: &Path| {
-            std::fs::read(path).map_err(|source| ConfigError::Tls {
+            std::fs::read(path).map_err(|io| ConfigError::Tls {
                 key,
                 error: TlsError::Read {
                     what,
                     path: path.to_owned(),
-                    source,
+                    io,
                 },
             })
         };
