@@ -3,10 +3,9 @@
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate_tls::{ClientTls, TlsError, Verify, rustls};
+use idemgate_tls::{ClientTls, TlsError, Verify};
 use redis::TlsCertificates;
 
 use crate::config::{ConfigError, Target, TargetKeys};
@@ -173,50 +172,7 @@ pub(crate) async fn tls_failure(
 
 /// The TLS failure in `err`'s chain, in words ([`idemgate_tls::describe`]).
 pub(crate) fn tls_reason(err: &(dyn Error + 'static)) -> Option<String> {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        // The redis crate keeps an I/O error as an `Arc<dyn Error>`, whose `source` skips the
-        // error itself: look inside.
-        let e: &(dyn Error + 'static) = match e.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
-            Some(inner) => &**inner,
-            None => e,
-        };
-        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if let Some(tls) = tls {
-            return Some(words(tls));
-        }
-        cur = e.source();
-    }
-    None
-}
-
-/// A rustls error in words: [`idemgate_tls::describe`], and what a Redis server's alerts about
-/// our own certificate mean (`tls-auth-clients yes`).
-fn words(err: &rustls::Error) -> String {
-    use rustls::AlertDescription as Alert;
-    match err {
-        rustls::Error::AlertReceived(Alert::CertificateRequired) => {
-            "the server asks for a client certificate, and none was presented (set a client \
-             certificate and its key)"
-                .to_owned()
-        }
-        rustls::Error::AlertReceived(
-            alert @ (Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::UnsupportedCertificate
-            | Alert::CertificateUnknown
-            | Alert::CertificateExpired
-            | Alert::CertificateRevoked),
-        ) => format!(
-            "the server refused the client certificate ({alert:?}: is it signed by an authority \
-             the server trusts?)"
-        ),
-        other => idemgate_tls::describe(other),
-    }
+    idemgate_tls::find(err).map(idemgate_tls::describe)
 }
 
 #[cfg(test)]

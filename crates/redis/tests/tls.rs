@@ -247,7 +247,7 @@ async fn a_server_asking_for_a_client_certificate() {
 
     let (_, reason, _) = tls_error(store_config(server.url(), pki.trusting())).await;
     assert!(
-        reason.contains("asks for a client certificate, and none was presented"),
+        reason.contains("requires a client certificate, and none was presented"),
         "{reason}"
     );
 

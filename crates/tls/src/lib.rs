@@ -351,6 +351,12 @@ pub fn find<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls
             cur = Some(inner);
             continue;
         }
+        // Some clients (the redis crate) keep an I/O error as an `Arc<dyn Error>`, whose
+        // `source` skips the error itself: look inside.
+        if let Some(inner) = e.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+            cur = Some(&**inner);
+            continue;
+        }
         cur = e.source();
     }
     None
