@@ -149,6 +149,19 @@ mod tests {
     }
 
     #[test]
+    fn a_certificates_rsa_key_is_found() {
+        let pem = include_str!("../tests/fixtures/sns/signing-cert.pem");
+        let cert = super::pem(pem, "CERTIFICATE").unwrap();
+        let spki = certificate_spki(&cert).unwrap();
+        let SpkiKey::Rsa(key) = spki_key(spki).unwrap() else {
+            panic!("not RSA");
+        };
+        // RSAPublicKey ::= SEQUENCE { modulus, publicExponent }: a 2048-bit modulus.
+        assert_eq!(key[0], SEQUENCE);
+        assert!(key.len() > 256, "{}", key.len());
+    }
+
+    #[test]
     fn pem_armour_and_line_breaks_are_taken_off() {
         let pem = format!(
             "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",

@@ -30,6 +30,8 @@ pub const AUTHORIZATION_HEADER: HeaderName = http::header::AUTHORIZATION;
 pub const EVENT_ID_POINTER: &str = "/message/messageId";
 /// Google's OAuth 2.0 signing keys, as a JWKS.
 pub const GOOGLE_JWKS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";
+/// The longest a token may still be valid for.
+const MAX_LIFETIME: Duration = Duration::from_secs(86_400);
 /// The issuers accepted when none is configured.
 pub const DEFAULT_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
 
@@ -269,6 +271,11 @@ impl Compiled {
         let iat = time("iat")?;
         if now.duration_since(exp).is_ok_and(|past| past > tolerance) {
             return Err(claim("exp", "the token expired"));
+        }
+        // As google-auth-library: Google's tokens live an hour; one good for over a day is not
+        // Google's.
+        if exp.duration_since(now).is_ok_and(|ahead| ahead > MAX_LIFETIME) {
+            return Err(claim("exp", "the token expires more than a day ahead"));
         }
         if iat.duration_since(now).is_ok_and(|ahead| ahead > tolerance) {
             return Err(claim("iat", "the token is issued in the future"));

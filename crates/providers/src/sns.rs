@@ -78,8 +78,9 @@ impl Pattern {
         if !labels.iter().all(label_ok) {
             return Err("expected a host name of letters, digits and -, with * for a whole label");
         }
-        if labels.iter().filter(|l| *l != "*").count() < 2 {
-            return Err("name at least two labels of the host besides *");
+        let literal = labels.iter().filter(|l| *l != "*").count();
+        if literal < labels.len() && literal < 2 {
+            return Err("a pattern with * must name at least two labels besides it");
         }
         Ok(Self {
             labels,
@@ -231,10 +232,24 @@ impl Compiled {
         }
     }
 
-    /// The signing certificate's URL, checked.
+    /// The signing certificate's URL, checked: trusted, and a `.pem` file (as AWS's validators
+    /// require).
     pub(crate) fn certificate_url(&self, body: &[u8]) -> Result<String, VerifyError> {
         let m = message(body)?;
-        self.trusted("SigningCertURL", text(&m, "SigningCertURL")?)
+        self.certificate_url_of(&m)
+    }
+
+    fn certificate_url_of(&self, m: &Map<String, Value>) -> Result<String, VerifyError> {
+        let url = self.trusted("SigningCertURL", text(m, "SigningCertURL")?)?;
+        let path = url.parse::<http::Uri>().map(|u| u.path().to_owned()).unwrap_or_default();
+        if path.ends_with(".pem") {
+            Ok(url)
+        } else {
+            Err(VerifyError::UntrustedUrl {
+                field: "SigningCertURL",
+                why: "the path is not a .pem file".to_owned(),
+            })
+        }
     }
 
     /// Checks the message's signature with the certificate at its `SigningCertURL`, and its
@@ -247,7 +262,7 @@ impl Compiled {
         tolerance: Duration,
     ) -> Result<Checked, VerifyError> {
         let m = message(body)?;
-        let url = self.trusted("SigningCertURL", text(&m, "SigningCertURL")?)?;
+        let url = self.certificate_url_of(&m)?;
         let Some((_, pem)) = document.filter(|(at, _)| *at == url) else {
             return Err(VerifyError::NeedsDocument { url });
         };
