@@ -166,7 +166,7 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         .and_then(|c| HeaderValue::from_str(c).ok());
     let started = Instant::now();
     let result = forward::forward(
-        &state.client,
+        &src.client,
         url,
         Bytes::from(taken.queued.body.clone()),
         Delivery {

@@ -83,8 +83,10 @@ pub enum AppError {
     StaleToken,
     #[error("the downstream answered {status}")]
     ForwardFailed { status: u16 },
-    #[error("the downstream could not be reached")]
-    ForwardUnreachable,
+    /// `why` in words (a TLS failure included: an untrusted certificate, one for another name),
+    /// without the downstream's address.
+    #[error("the downstream could not be reached: {why}")]
+    ForwardUnreachable { why: String },
     #[error("the downstream did not answer within {} s", timeout.as_secs_f64())]
     ForwardTimeout { timeout: Duration },
     #[error("the store is unavailable")]
@@ -111,7 +113,7 @@ impl AppError {
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
             Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),
             Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardFailed),
-            Self::ForwardUnreachable => (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable),
+            Self::ForwardUnreachable { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable),
             Self::ForwardTimeout { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, Outcome::ForwardTimeout)
             }

@@ -1,26 +1,70 @@
-//! Forward mode: the accepted delivery goes to the source's downstream over HTTP.
+//! Forward mode: the accepted delivery goes to the source's downstream over HTTP or HTTPS.
+//!
+//! [`client`] makes the one kind of client the gateway sends with: `http://` and `https://`
+//! (rustls, *ring*, ALPN `http/1.1`), trusting and presenting what a [`ClientTls`] says, with
+//! keep-alive pooling and a 5 s connect timeout. Forwards and the inbox dispatcher use it through
+//! [`forward`]; [`get`] fetches a small document (a signing certificate, a JWKS) with it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderValue, Method, Request, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::Key;
+use idemgate_tls::{ClientTls, TlsError, rustls};
 
-pub(crate) type Client = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+/// The gateway's outgoing HTTP client: `http://` and `https://`, pooled. Cheap to clone (clones
+/// share the pool).
+pub(crate) type Client =
+    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-pub(crate) fn client() -> Client {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    connector.set_nodelay(true);
+/// How long a TCP connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle keep-alive connection stays in the pool.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// A client for `http://` and `https://` URLs that trusts, for `https://`, the authorities `tls`
+/// names (the system's and/or a CA file) and presents its client certificate, if any (mutual
+/// TLS). The server's certificate is checked as `tls.verify` says (fully, by default). Build one
+/// per set of settings and keep it: it reads its files once, and pools connections.
+///
+/// # Errors
+/// [`TlsError`] naming the file at fault (unreadable, no usable PEM, a key that does not go with
+/// its certificate), or that nothing would be trusted.
+pub(crate) fn client(tls: &ClientTls) -> Result<Client, TlsError> {
+    Ok(with_config(tls.config()?))
+}
+
+/// A client for `http://` URLs only (an `https://` one is refused: it trusts no authority), for
+/// sources that never speak TLS, so they need no trusted authorities on the machine.
+pub(crate) fn http_client() -> Client {
+    let config = rustls::ClientConfig::builder_with_provider(idemgate_tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    with_config(config)
+}
+
+fn with_config(mut config: rustls::ClientConfig) -> Client {
+    // The gateway speaks HTTP/1.1 only; saying so lets a server that also speaks h2 pick right.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    http.set_nodelay(true);
+    // The TLS layer above handles `https://`; this one opens the TCP connection for both.
+    http.enforce_http(false);
+    let connector = HttpsConnector::from((http, Arc::new(config)));
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(POOL_IDLE)
         .build(connector)
 }
 
-/// How a forward failed.
+/// How a forward (or a [`get`]) failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// The downstream answered with a status other than 2xx (and maybe when to come back).
@@ -28,10 +72,18 @@ pub(crate) enum Failure {
         status: u16,
         retry_after: Option<Duration>,
     },
-    /// No answer: connection refused, reset, or a malformed response.
-    Unreachable(String),
+    /// No answer: connection refused or reset, a TLS handshake refused (an untrusted
+    /// certificate, one for another name, no client certificate), or a malformed response.
+    Unreachable {
+        /// `scheme://host:port` of the downstream.
+        downstream: String,
+        /// Why, in words (a TLS failure as [`idemgate_tls::explain`] words it).
+        why: String,
+    },
     /// No answer within the timeout.
     Timeout(Duration),
+    /// A [`get`] whose answer was longer than its limit.
+    TooLarge { limit: usize },
 }
 
 impl Failure {
@@ -50,19 +102,51 @@ impl Failure {
             _ => None,
         }
     }
+
+    fn unreachable(url: &hyper::Uri, err: &(dyn std::error::Error + 'static)) -> Self {
+        Self::Unreachable {
+            downstream: downstream(url),
+            why: why(err),
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Status { status, .. } => write!(f, "the downstream answered {status}"),
-            Self::Unreachable(why) => write!(f, "the downstream is unreachable: {why}"),
+            Self::Unreachable { downstream, why } => {
+                write!(f, "the downstream {downstream} is unreachable: {why}")
+            }
             Self::Timeout(t) => write!(
                 f,
                 "the downstream did not answer within {}",
                 idemgate_core::Human(*t)
             ),
+            Self::TooLarge { limit } => {
+                write!(f, "the downstream's answer is longer than {limit} bytes")
+            }
         }
+    }
+}
+
+/// `scheme://host:port` of `url`: the downstream named without its path, query or credentials.
+fn downstream(url: &hyper::Uri) -> String {
+    let scheme = url.scheme_str().unwrap_or("http");
+    let host = url.host().unwrap_or("?");
+    let port = url
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    format!("{scheme}://{host}:{port}")
+}
+
+/// Why a request got no answer, in words: a TLS failure as [`idemgate_tls::explain`] says it
+/// (the unknown issuer, the name the certificate is not valid for), anything else as its chain.
+fn why(err: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(tls) = idemgate_tls::find(err) {
+        idemgate_tls::describe(tls)
+    } else {
+        crate::error::ErrorChain(err).to_string()
     }
 }
 
@@ -92,12 +176,12 @@ pub(crate) async fn forward(
     }
     let req = req
         .body(Full::new(body))
-        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+        .map_err(|e| Failure::unreachable(url, &e))?;
     let exchange = async {
         let response = client
             .request(req)
             .await
-            .map_err(|e| Failure::Unreachable(crate::error::ErrorChain(&e).to_string()))?;
+            .map_err(|e| Failure::unreachable(url, &e))?;
         let status = response.status();
         let retry_after = response
             .headers()
@@ -114,6 +198,52 @@ pub(crate) async fn forward(
                 status: status.as_u16(),
                 retry_after,
             })
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(Failure::Timeout(timeout)))
+}
+
+/// GETs `url` and returns its body: a small document (a signing certificate, a JWKS) at most
+/// `limit` bytes long, answered 2xx within `timeout` (the whole exchange).
+///
+/// # Errors
+/// A [`Failure`]: a status other than 2xx, no answer (its reason in words, a TLS failure
+/// included), the timeout, or a body longer than `limit`.
+#[allow(dead_code)] // Used by verifiers that fetch their keys.
+pub(crate) async fn get(
+    client: &Client,
+    url: &hyper::Uri,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Failure> {
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri(url.clone())
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| Failure::unreachable(url, &e))?;
+    let exchange = async {
+        let response = client
+            .request(req)
+            .await
+            .map_err(|e| Failure::unreachable(url, &e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(Failure::Status {
+                status: status.as_u16(),
+                retry_after: None,
+            });
+        }
+        match Limited::new(response.into_body(), limit).collect().await {
+            Ok(body) => Ok(body.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(Failure::TooLarge { limit })
+            }
+            Err(e) => Err(Failure::Unreachable {
+                downstream: downstream(url),
+                why: why(&*e),
+            }),
         }
     };
     tokio::time::timeout(timeout, exchange)

@@ -98,7 +98,7 @@ async fn receive(
                 attempt,
                 content_type: content_type.as_ref(),
             };
-            forward::forward(&state.client, url, body, delivery, src.forward_timeout)
+            forward::forward(&src.client, url, body, delivery, src.forward_timeout)
                 .await
                 .map(|status| (attempt, Some(status)))
         })
@@ -144,12 +144,16 @@ async fn receive(
         Err(ProcessError::Store(e)) => Err(e.into()),
         Err(ProcessError::Failed(failure)) => Err(match failure {
             Failure::Status { status, .. } => AppError::ForwardFailed { status },
-            Failure::Unreachable(why) => {
-                tracing::warn!(source = %src.name, error = %why, "downstream unreachable");
-                AppError::ForwardUnreachable
+            Failure::Unreachable { downstream, why } => {
+                tracing::warn!(source = %src.name, %downstream, error = %why, "downstream unreachable");
+                AppError::ForwardUnreachable { why }
             }
             Failure::Timeout(_) => AppError::ForwardTimeout {
                 timeout: src.forward_timeout,
+            },
+            // Only a GET has a length limit; a forward reads any answer.
+            failure @ Failure::TooLarge { .. } => AppError::ForwardUnreachable {
+                why: failure.to_string(),
             },
         }),
     }

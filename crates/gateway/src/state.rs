@@ -26,6 +26,9 @@ pub struct Source {
     pub verifier: Verifier,
     /// Where deliveries go; `None` acknowledges a delivery once claimed.
     pub forward_url: Option<hyper::Uri>,
+    /// What sends to `forward_url`: built once, with the source's TLS settings (sources with the
+    /// same settings share one, and its connection pool).
+    pub(crate) client: forward::Client,
     pub forward_timeout: Duration,
     pub mode: Mode,
     /// `[source.dispatch]` (inbox mode).
@@ -72,7 +75,6 @@ pub struct Inner {
     pub(crate) limits: Limits,
     /// `/openapi.json`, with the configured source names.
     pub(crate) openapi: String,
-    pub(crate) client: forward::Client,
     /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
     rows: Mutex<Option<(Instant, RowCounts)>>,
     /// This process's instance and boot, recorded with the claims and queue items it holds.
@@ -93,14 +95,16 @@ impl std::ops::Deref for AppState {
 pub struct Sources(HashMap<String, Source>);
 
 impl Sources {
-    /// Builds each source's TTL policy, verifier and forward target.
+    /// Builds each source's TTL policy, verifier, forward target and the client that sends to
+    /// it (one per distinct TLS settings, every file they name read now).
     ///
     /// # Errors
     /// A [`config::ConfigError`] naming the source and the key that cannot work.
     pub fn build(config: &Config) -> Result<Self, config::ConfigError> {
         let mut sources = HashMap::new();
+        let mut clients = Clients::default();
         for (i, sc) in config.sources.iter().enumerate() {
-            let source = build_source(i, sc)?;
+            let source = build_source(i, sc, &mut clients)?;
             if source.needs_bearer() && config.api_tokens.is_empty() {
                 return Err(sc.invalid(
                     "provider",
@@ -165,7 +169,6 @@ impl AppState {
             api_tokens: config.api_tokens.clone(),
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
-            client: forward::client(),
             rows: Mutex::default(),
         }))
     }
@@ -376,12 +379,43 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn build_source(index: usize, sc: &SourceConfig) -> Result<Source, config::ConfigError> {
+/// The clients built so far: one for plain `http://`, one per distinct TLS settings.
+#[derive(Default)]
+struct Clients {
+    http: Option<forward::Client>,
+    https: Vec<(idemgate_tls::ClientTls, forward::Client)>,
+}
+
+impl Clients {
+    /// The client for `sc`'s `forward_url`, with `tls` (`None`: it speaks no TLS).
+    fn get(
+        &mut self,
+        sc: &SourceConfig,
+        tls: Option<&idemgate_tls::ClientTls>,
+    ) -> Result<forward::Client, config::ConfigError> {
+        let Some(tls) = tls else {
+            return Ok(self.http.get_or_insert_with(forward::http_client).clone());
+        };
+        if let Some((_, client)) = self.https.iter().find(|(t, _)| t == tls) {
+            return Ok(client.clone());
+        }
+        let client = forward::client(tls).map_err(|e| sc.tls_invalid(&e))?;
+        self.https.push((tls.clone(), client.clone()));
+        Ok(client)
+    }
+}
+
+fn build_source(
+    index: usize,
+    sc: &SourceConfig,
+    clients: &mut Clients,
+) -> Result<Source, config::ConfigError> {
     let policy = sc.policy(index)?;
     let verifier = crate::ingest::verifier(sc)?;
     Ok(Source {
         name: policy.name.clone(),
         forward_url: policy.forward_url.clone(),
+        client: clients.get(sc, policy.tls.as_ref())?,
         policy,
         verifier,
         forward_timeout: sc.forward_timeout,

@@ -9,7 +9,8 @@
 //!   only (PostgreSQL's `verify-ca`), or nothing but the handshake (`sslmode=require`, encryption
 //!   without authentication, as libpq does it).
 //! - [`describe`] words a rustls error for a person ("the certificate is not valid for the name
-//!   ..."), for the callers' own errors, which name the service.
+//!   ..."), for the callers' own errors, which name the service; [`explain`] and [`find`] dig
+//!   it out of a connection library's error chain.
 //! - With the `test-certs` feature, [`testing::TestCa`] makes a certificate authority and server
 //!   certificates on the spot, for tests that start their own TLS servers.
 //!
@@ -27,7 +28,7 @@ use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
 #[cfg(feature = "test-certs")]
@@ -273,37 +274,85 @@ pub fn describe(err: &rustls::Error) -> String {
                  is the CA file the right one?)"
                     .to_owned()
             }
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+            CertificateError::NotValidForNameContext {
+                expected,
+                presented,
+            } => {
+                let names: Vec<&str> = presented.iter().map(|p| presented_name(p)).collect();
                 format!(
-                    "the server's certificate is not valid for the host name connected to ({cert:?})"
+                    "the server's certificate is not valid for the host name connected to, {} (it \
+                     names {})",
+                    expected.to_str(),
+                    if names.is_empty() {
+                        "no host".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
                 )
+            }
+            CertificateError::NotValidForName => {
+                "the server's certificate is not valid for the host name connected to".to_owned()
             }
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
                 "the server's certificate has expired".to_owned()
             }
             other => format!("the server's certificate was refused: {other:?}"),
         },
+        // The server's answer to our client certificate (mutual TLS).
+        rustls::Error::AlertReceived(AlertDescription::CertificateRequired) => {
+            "the server requires a client certificate, and none was presented".to_owned()
+        }
+        rustls::Error::AlertReceived(
+            alert @ (AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::CertificateExpired
+            | AlertDescription::AccessDenied),
+        ) => format!(
+            "the server refused the client certificate ({alert:?}: is it signed by an authority \
+             the server trusts, and still valid?)"
+        ),
         other => other.to_string(),
     }
+}
+
+/// A name as rustls lists a certificate's names (`DnsName("db.test")`, `IpAddress(10.0.0.1)`),
+/// without the wrapping.
+fn presented_name(presented: &str) -> &str {
+    presented
+        .strip_prefix("DnsName(\"")
+        .and_then(|n| n.strip_suffix("\")"))
+        .or_else(|| {
+            presented
+                .strip_prefix("IpAddress(")
+                .and_then(|n| n.strip_suffix(')'))
+        })
+        .unwrap_or(presented)
 }
 
 /// Walks `err` and its sources for a rustls error and words it with [`describe`]; otherwise
 /// the error's own text. For errors from connection libraries that wrap the TLS failure.
 pub fn explain(err: &(dyn std::error::Error + 'static)) -> String {
+    find(err).map_or_else(|| err.to_string(), describe)
+}
+
+/// The rustls error in `err` or its sources, if there is one: also inside `std::io::Error`s,
+/// however deeply nested (an I/O error's `source` skips the error it wraps).
+pub fn find<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return describe(tls);
+            return Some(tls);
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && let Some(inner) = io.get_ref()
-            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
         {
-            return describe(tls);
+            cur = Some(inner);
+            continue;
         }
         cur = e.source();
     }
-    err.to_string()
+    None
 }
 
 /// `verify-ca`: the chain is checked, the name is not.

@@ -80,8 +80,13 @@ fn full_verification_accepts_the_right_ca_and_host_only() {
 
     let wrong_host = handshake(&client, &ca, &["db.test"], "other.test").unwrap_err();
     assert!(
-        wrong_host.contains("not valid for the host name"),
+        wrong_host.contains("not valid for the host name connected to, other.test (it names db.test)"),
         "{wrong_host}"
+    );
+    let wrong_ip = handshake(&client, &ca, &["db.test", "10.0.0.1"], "127.0.0.1").unwrap_err();
+    assert!(
+        wrong_ip.contains("127.0.0.1 (it names db.test, 10.0.0.1)"),
+        "{wrong_ip}"
     );
 
     let stranger = TestCa::new("another CA");
@@ -168,4 +173,24 @@ fn unusable_files_are_named() {
         err.to_string().contains("cannot be used with its key"),
         "{err}"
     );
+}
+
+#[test]
+fn explain_finds_the_tls_error_inside_nested_io_errors() {
+    use idemgate_tls::rustls::{CertificateError, Error};
+    // How an HTTP connector reports a refused handshake: tokio-rustls's I/O error, wrapped in
+    // another (an I/O error's `source` skips what it wraps).
+    let tls = Error::InvalidCertificate(CertificateError::UnknownIssuer);
+    let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+    let outer = std::io::Error::other(inner);
+    assert!(matches!(
+        idemgate_tls::find(&outer),
+        Some(Error::InvalidCertificate(CertificateError::UnknownIssuer))
+    ));
+    let worded = idemgate_tls::explain(&outer);
+    assert!(worded.contains("unknown issuer"), "{worded}");
+
+    let plain = std::io::Error::other("connection refused");
+    assert!(idemgate_tls::find(&plain).is_none());
+    assert_eq!(idemgate_tls::explain(&plain), "connection refused");
 }

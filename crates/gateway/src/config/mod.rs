@@ -16,6 +16,9 @@ use idemgate_core::{
 use serde::Deserialize;
 
 mod report;
+mod tls;
+
+pub use tls::SourceTls;
 
 /// Environment variables that share the prefix but are not configuration.
 const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "test_redis"];
@@ -253,8 +256,12 @@ pub struct SourceConfig {
     /// Active signing secrets; several during rotation.
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// Where accepted deliveries are sent. Without one, a delivery is acknowledged once claimed.
+    /// Where accepted deliveries are sent (`http://` or `https://`). Without one, a delivery is
+    /// acknowledged once claimed.
     pub forward_url: Option<String>,
+    /// `[source.tls]`: how an `https://` `forward_url` is trusted, and the client certificate
+    /// shown to it.
+    pub tls: Option<SourceTls>,
     #[serde(default, with = "humantime_serde")]
     pub retry_window: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -321,6 +328,9 @@ pub struct SourcePolicy {
     pub lease: Duration,
     /// `forward_url`, parsed.
     pub forward_url: Option<hyper::Uri>,
+    /// The TLS settings of an `https://` `forward_url` (checked: every file named was read);
+    /// `None` for `http://`.
+    pub tls: Option<idemgate_tls::ClientTls>,
 }
 
 impl SourceConfig {
@@ -439,20 +449,24 @@ impl SourceConfig {
             Some(url) => Some(
                 url.parse::<hyper::Uri>()
                     .ok()
-                    .filter(|u| u.scheme_str() == Some("http") && u.host().is_some())
+                    .filter(|u| {
+                        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+                    })
                     .ok_or_else(|| {
                         self.invalid(
                             "forward_url",
-                            format!("{url:?} is not an http:// URL with a host"),
+                            format!("{url:?} is not an http:// or https:// URL with a host"),
                         )
                     })?,
             ),
         };
+        let tls = self.client_tls(forward_url.as_ref())?;
         Ok(SourcePolicy {
             name,
             ttl,
             lease,
             forward_url,
+            tls,
         })
     }
 

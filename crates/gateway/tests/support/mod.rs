@@ -1,4 +1,5 @@
-//! Test support: a gateway on 127.0.0.1:0, a scriptable downstream, and a small HTTP client.
+//! Test support: a gateway on 127.0.0.1:0, a scriptable downstream (over HTTP or HTTPS), and a
+//! small HTTP client.
 
 #![allow(dead_code)]
 
@@ -14,6 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idemgate_gateway::Config;
+use idemgate_tls::rustls;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -36,6 +38,11 @@ struct Seen {
     /// Idempotency-Key -> the Idemgate-Attempt of each delivery received.
     deliveries: HashMap<String, Vec<u32>>,
     content_types: Vec<String>,
+    /// HTTPS: connections accepted, the ALPN protocol each agreed, and why each refused
+    /// handshake was refused.
+    connections: usize,
+    alpn: Vec<Option<String>>,
+    refused: Vec<String>,
 }
 
 /// A downstream service that records what it receives.
@@ -47,6 +54,59 @@ pub struct Downstream {
 
 impl Downstream {
     pub async fn start(behaviour: Behaviour) -> Self {
+        let (seen, app) = Self::app(behaviour);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url: format!("http://{addr}/hook"),
+            seen,
+        }
+    }
+
+    /// The same downstream over HTTPS with `tls` (see [`server_tls`]), at
+    /// `https://127.0.0.1:{port}/hook`.
+    pub async fn start_https(behaviour: Behaviour, tls: Arc<rustls::ServerConfig>) -> Self {
+        let (seen, app) = Self::app(behaviour);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let state = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, app, seen) = (acceptor.clone(), app.clone(), state.clone());
+                tokio::spawn(async move {
+                    seen.lock().unwrap().connections += 1;
+                    let stream = match acceptor.accept(tcp).await {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            seen.lock().unwrap().refused.push(e.to_string());
+                            return;
+                        }
+                    };
+                    let alpn = stream
+                        .get_ref()
+                        .1
+                        .alpn_protocol()
+                        .map(|p| String::from_utf8_lossy(p).into_owned());
+                    seen.lock().unwrap().alpn.push(alpn);
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            url: format!("https://{addr}/hook"),
+            seen,
+        }
+    }
+
+    fn app(behaviour: Behaviour) -> (Arc<Mutex<Seen>>, axum::Router) {
         let seen = Arc::new(Mutex::new(Seen {
             behaviour: Some(behaviour),
             ..Seen::default()
@@ -82,13 +142,7 @@ impl Downstream {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self {
-            url: format!("http://{addr}/hook"),
-            seen,
-        }
+        (seen, app)
     }
 
     pub fn set(&self, behaviour: Behaviour) {
@@ -119,6 +173,57 @@ impl Downstream {
     pub fn content_types(&self) -> Vec<String> {
         self.seen.lock().unwrap().content_types.clone()
     }
+
+    /// HTTPS: how many connections were opened to it.
+    pub fn connections(&self) -> usize {
+        self.seen.lock().unwrap().connections
+    }
+
+    /// HTTPS: the ALPN protocol agreed on each connection whose handshake finished.
+    pub fn alpn(&self) -> Vec<Option<String>> {
+        self.seen.lock().unwrap().alpn.clone()
+    }
+
+    /// HTTPS: why each refused handshake was refused, as the server saw it.
+    pub fn refused(&self) -> Vec<String> {
+        self.seen.lock().unwrap().refused.clone()
+    }
+}
+
+/// A server TLS configuration presenting `pair` (agreeing `h2` or `http/1.1` by ALPN, as a
+/// server speaking both would), and, with `clients`, requiring a client certificate signed by
+/// that authority (mutual TLS).
+pub fn server_tls(
+    pair: &idemgate_tls::testing::Pair,
+    clients: Option<&idemgate_tls::testing::TestCa>,
+) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = idemgate_tls::provider();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap())
+                .unwrap();
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let chain = CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+    let mut config = builder.with_single_cert(chain, key).unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
 }
 
 fn header(headers: &HeaderMap, name: &str) -> String {

@@ -1,0 +1,130 @@
+//! `[source.tls]`: how a source's `https://` downstream is trusted, and the client certificate
+//! shown to it.
+
+use std::path::PathBuf;
+
+use idemgate_tls::{ClientTls, TlsError};
+use serde::Deserialize;
+
+use super::{ConfigError, SourceConfig};
+
+/// `[source.tls]`, for an `https://` `forward_url`. Without it, such a URL is trusted through
+/// the system's certificate authorities and no client certificate is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceTls {
+    /// A PEM file of certificate authorities trusted for the downstream (a private CA), besides
+    /// the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Whether the system's certificate authorities are trusted too. Default true; `false`
+    /// trusts `ca_file` alone.
+    #[serde(default = "yes")]
+    pub system_roots: bool,
+    /// A PEM certificate chain shown to a downstream that asks for one (mutual TLS); needs
+    /// `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of `client_cert`.
+    pub client_key: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl SourceTls {
+    /// The client settings: full verification of the downstream's certificate (chain and host
+    /// name) against the authorities named here.
+    pub fn client_tls(&self) -> ClientTls {
+        ClientTls {
+            ca_file: self.ca_file.clone(),
+            system_roots: self.system_roots,
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+            ..ClientTls::default()
+        }
+    }
+}
+
+impl SourceConfig {
+    /// The TLS settings of an `https://` `forward_url` (`[source.tls]`, or the system's
+    /// authorities without it), checked by reading every file they name; `None` for an
+    /// `http://` URL or none, which speak no TLS.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the source and the key: `tls` set where no TLS is spoken, half a
+    /// client identity, nothing trusted, or a file that cannot be used (the file and why).
+    pub(crate) fn client_tls(
+        &self,
+        url: Option<&hyper::Uri>,
+    ) -> Result<Option<ClientTls>, ConfigError> {
+        let https = url.is_some_and(|u| u.scheme_str() == Some("https"));
+        if !https {
+            if self.tls.is_some() {
+                let why = match url {
+                    Some(_) => {
+                        "is set but forward_url is http://, which speaks no TLS: use an https:// URL, or remove [source.tls]"
+                    }
+                    None => {
+                        "is set but there is no forward_url to speak TLS to: set an https:// forward_url, or remove [source.tls]"
+                    }
+                };
+                return Err(self.invalid("tls", why));
+            }
+            return Ok(None);
+        }
+        let tls = match &self.tls {
+            Some(t) => {
+                match (&t.client_cert, &t.client_key) {
+                    (Some(_), None) => {
+                        return Err(self.invalid(
+                            "tls.client_key",
+                            "is needed with tls.client_cert: the private key of the client certificate",
+                        ));
+                    }
+                    (None, Some(_)) => {
+                        return Err(self.invalid(
+                            "tls.client_cert",
+                            "is needed with tls.client_key: the certificate the key belongs to",
+                        ));
+                    }
+                    _ => {}
+                }
+                if !t.system_roots && t.ca_file.is_none() {
+                    return Err(self.invalid(
+                        "tls.ca_file",
+                        "is needed with tls.system_roots = false, or nothing would be trusted",
+                    ));
+                }
+                t.client_tls()
+            }
+            None => ClientTls::default(),
+        };
+        // Every file is read now, so a bad one stops the gateway at start, not at a forward.
+        tls.config().map_err(|e| self.tls_invalid(&e))?;
+        Ok(Some(tls))
+    }
+
+    /// `e` as a [`ConfigError`] naming the `[source.tls]` key of the file at fault.
+    pub(crate) fn tls_invalid(&self, e: &TlsError) -> ConfigError {
+        let key = match e {
+            TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
+                "client certificate" => "tls.client_cert",
+                "client key" => "tls.client_key",
+                _ => "tls.ca_file",
+            },
+            TlsError::Identity { .. } => "tls.client_cert",
+            TlsError::HalfIdentity {
+                given: "certificate",
+            } => "tls.client_key",
+            TlsError::HalfIdentity { .. } => "tls.client_cert",
+            TlsError::NoRoots if self.tls.is_none() => {
+                return self.invalid(
+                    "forward_url",
+                    "is https:// but this machine trusts no certificate authority: set tls.ca_file to the downstream's CA",
+                );
+            }
+            _ => "tls.ca_file",
+        };
+        self.invalid(key, e.to_string())
+    }
+}
