@@ -24,7 +24,10 @@ fn config(dir: &Path, url: &str, mode: &str, tls: &str) -> String {
 
 /// `[source.tls]` trusting the CA in `ca_file` alone.
 fn trusting(ca_file: &Path) -> String {
-    format!("ca_file = {:?}\nsystem_roots = false\n", ca_file.display().to_string())
+    format!(
+        "ca_file = {:?}\nsystem_roots = false\n",
+        ca_file.display().to_string()
+    )
 }
 
 async fn deliver(gw: &Gateway, event_id: &str) -> Answer {
@@ -154,7 +157,9 @@ async fn a_certificate_for_another_name_is_refused_naming_the_name() {
     assert_eq!((r.status, r.outcome()), (502, "forward_unreachable"));
     let detail = detail(&r);
     assert!(
-        detail.contains("not valid for the host name connected to, 127.0.0.1 (it names hooks.internal.test)"),
+        detail.contains(
+            "not valid for the host name connected to, 127.0.0.1 (it names hooks.internal.test)"
+        ),
         "names both names: {detail}"
     );
     assert_eq!(down.total(), 0);
@@ -220,13 +225,8 @@ async fn a_downstream_requiring_a_client_certificate_takes_the_source_with_one_o
     assert_eq!(down.refused().len(), 2, "{:?}", down.refused());
     gw.stop().await;
 
-    let gw = Gateway::start_with(&config(
-        dir.path(),
-        &down.url,
-        "on_success",
-        &with_identity,
-    ))
-    .await;
+    let gw =
+        Gateway::start_with(&config(dir.path(), &down.url, "on_success", &with_identity)).await;
     let r = deliver(&gw, "d-1").await;
     assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{:?}", r.body);
     assert_eq!(down.attempts("s:d-1"), [1]);
@@ -249,9 +249,10 @@ async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 async fn an_inbox_source_dispatches_over_https_and_dead_letters_a_refused_handshake_with_why() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, ca_file) = authority(dir.path(), "downstream");
-    let down = Downstream::start_https(Behaviour::Ok, server_tls(&ca.issue(&["127.0.0.1"]), None))
-        .await;
-    let gw = Gateway::start_with(&config(dir.path(), &down.url, "inbox", &trusting(&ca_file))).await;
+    let down =
+        Downstream::start_https(Behaviour::Ok, server_tls(&ca.issue(&["127.0.0.1"]), None)).await;
+    let gw =
+        Gateway::start_with(&config(dir.path(), &down.url, "inbox", &trusting(&ca_file))).await;
     assert_eq!(deliver(&gw, "q-1").await.status, 202);
     until("the dispatch", async || down.attempts("s:q-1") == [1]).await;
     until("the completion", async || {

@@ -68,7 +68,11 @@ impl PrivateKey {
         let pair = match bytes.len() {
             32 => Ed25519KeyPair::from_seed_unchecked(bytes),
             64 => Ed25519KeyPair::from_seed_and_public_key(&bytes[..32], &bytes[32..]),
-            _ => return Err("an ed25519 secret key is 32 bytes (a seed) or 64 (seed and public key)"),
+            _ => {
+                return Err(
+                    "an ed25519 secret key is 32 bytes (a seed) or 64 (seed and public key)",
+                );
+            }
         };
         pair.map(Self::Ed25519)
             .map_err(|_| "the ed25519 seed and public key do not go together")
@@ -177,5 +181,4 @@ impl RsaSigner {
         let c: signature::RsaPublicKeyComponents<Vec<u8>> = self.0.public().into();
         (c.n, c.e)
     }
-
 }

@@ -43,7 +43,9 @@ fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
             return None; // indefinite, or absurdly long
         }
         let (bytes, rest) = rest.split_at(n);
-        let len = bytes.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+        let len = bytes
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
         (len, rest)
     };
     if rest.len() < len {

@@ -192,10 +192,14 @@ impl Compiled {
         let (Some(head), Some(payload), Some(sig), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(malformed(name, "the token is not three dot-separated parts"));
+            return Err(malformed(
+                name,
+                "the token is not three dot-separated parts",
+            ));
         };
         let decode_json = |part: &str| -> Result<Value, VerifyError> {
-            let bytes = b64url(part).ok_or_else(|| malformed(name, "a token part is not base64url"))?;
+            let bytes =
+                b64url(part).ok_or_else(|| malformed(name, "a token part is not base64url"))?;
             serde_json::from_slice(&bytes).map_err(|_| malformed(name, "a token part is not JSON"))
         };
         let head = decode_json(head)?;
@@ -274,7 +278,10 @@ impl Compiled {
         }
         // As google-auth-library: Google's tokens live an hour; one good for over a day is not
         // Google's.
-        if exp.duration_since(now).is_ok_and(|ahead| ahead > MAX_LIFETIME) {
+        if exp
+            .duration_since(now)
+            .is_ok_and(|ahead| ahead > MAX_LIFETIME)
+        {
             return Err(claim("exp", "the token expires more than a day ahead"));
         }
         if iat.duration_since(now).is_ok_and(|ahead| ahead > tolerance) {

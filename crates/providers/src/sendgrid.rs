@@ -139,9 +139,8 @@ fn event_id(raw: &RawValue) -> Result<EventId, String> {
     };
     match object.get(EVENT_ID_FIELD) {
         None | Some(serde_json::Value::Null) => Err(format!("no {EVENT_ID_FIELD}")),
-        Some(serde_json::Value::String(id)) => EventId::new(id.as_str()).map_err(|e: KeyError| {
-            format!("{EVENT_ID_FIELD} refused: {e}")
-        }),
+        Some(serde_json::Value::String(id)) => EventId::new(id.as_str())
+            .map_err(|e: KeyError| format!("{EVENT_ID_FIELD} refused: {e}")),
         Some(_) => Err(format!("{EVENT_ID_FIELD} is not a string")),
     }
 }

@@ -64,16 +64,16 @@ impl Pattern {
         let (host, port) = match text.rsplit_once(':') {
             Some((host, port)) => (
                 host,
-                Some(port.parse::<u16>().map_err(|_| "the port after : is not a number")?),
+                Some(
+                    port.parse::<u16>()
+                        .map_err(|_| "the port after : is not a number")?,
+                ),
             ),
             None => (text, None),
         };
         let labels: Vec<String> = host.split('.').map(str::to_ascii_lowercase).collect();
         let label_ok = |l: &String| {
-            l == "*"
-                || (!l.is_empty()
-                    && l.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            l == "*" || (!l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
         };
         if !labels.iter().all(label_ok) {
             return Err("expected a host name of letters, digits and -, with * for a whole label");
@@ -169,7 +169,9 @@ fn text<'a>(m: &'a Map<String, Value>, field: &'static str) -> Result<&'a str, V
 /// [`VerifyError::MalformedBody`] for an unknown `Type` or a signed field that is missing.
 pub fn string_to_sign(message: &Map<String, Value>) -> Result<String, VerifyError> {
     let kind = text(message, "Type")?;
-    let fields = signed_fields(kind).ok_or(bad("Type is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation"))?;
+    let fields = signed_fields(kind).ok_or(bad(
+        "Type is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation",
+    ))?;
     let mut out = String::new();
     for &field in fields {
         let value = match message.get(field) {
@@ -241,7 +243,10 @@ impl Compiled {
 
     fn certificate_url_of(&self, m: &Map<String, Value>) -> Result<String, VerifyError> {
         let url = self.trusted("SigningCertURL", text(m, "SigningCertURL")?)?;
-        let path = url.parse::<http::Uri>().map(|u| u.path().to_owned()).unwrap_or_default();
+        let path = url
+            .parse::<http::Uri>()
+            .map(|u| u.path().to_owned())
+            .unwrap_or_default();
         if path.ends_with(".pem") {
             Ok(url)
         } else {
@@ -281,7 +286,8 @@ impl Compiled {
             "2" => RsaHash::Sha256,
             _ => return Err(bad("SignatureVersion is not 1 or 2")),
         };
-        let signature = base64_decode(text(&m, "Signature")?).ok_or(bad("Signature is not base64"))?;
+        let signature =
+            base64_decode(text(&m, "Signature")?).ok_or(bad("Signature is not base64"))?;
         let signed = string_to_sign(&m)?;
         if !rsa_verifies(key, hash, &[signed.as_bytes()], &signature) {
             return Err(VerifyError::BadSignature);
@@ -423,6 +429,9 @@ mod tests {
         assert!(!string_to_sign(&no_subject).unwrap().contains("Subject"));
         let mut confirm = m;
         confirm.insert("Type".into(), "SubscriptionConfirmation".into());
-        assert!(string_to_sign(&confirm).is_err(), "no Token or SubscribeURL");
+        assert!(
+            string_to_sign(&confirm).is_err(),
+            "no Token or SubscribeURL"
+        );
     }
 }

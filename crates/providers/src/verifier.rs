@@ -385,13 +385,9 @@ impl Verifier {
                 None
             }
             Plan::Slack => Some(slack::check(keys, headers, body)?),
-            Plan::StandardWebhooks(names) => Some(sw::check(
-                names,
-                keys,
-                &self.asym.public,
-                headers,
-                body,
-            )?),
+            Plan::StandardWebhooks(names) => {
+                Some(sw::check(names, keys, &self.asym.public, headers, body)?)
+            }
             Plan::Paddle => Some(paddle::check(keys, headers, body)?),
             Plan::Generic(compiled) => compiled.check(keys, headers, body)?,
             Plan::Unsigned(_) => None,

@@ -34,26 +34,42 @@ fn verifier(config: Pubsub) -> Verifier {
 
 fn bearer(value: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(http::header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+    h.insert(
+        http::header::AUTHORIZATION,
+        HeaderValue::from_str(value).unwrap(),
+    );
     h
 }
 
 #[test]
 fn the_sdks_verdicts_hold_with_a_jwks_document() {
     let f = fixture();
-    let v = verifier(config(&f, Jwks::Document(f["jwks"].to_string().into_bytes())));
+    let v = verifier(config(
+        &f,
+        Jwks::Document(f["jwks"].to_string().into_bytes()),
+    ));
     let now = at(f["now"].as_u64().unwrap());
     let body = f["body"].as_str().unwrap().as_bytes();
     for vector in f["vectors"].as_array().unwrap() {
         let name = vector["name"].as_str().unwrap();
-        let got = v.verify(&bearer(vector["authorization"].as_str().unwrap()), body, now);
+        let got = v.verify(
+            &bearer(vector["authorization"].as_str().unwrap()),
+            body,
+            now,
+        );
         match vector["refused"].as_str() {
             None => {
                 let ok = got.unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(ok.event_id.as_str(), f["event_id"].as_str().unwrap());
             }
-            Some("signature") => assert!(matches!(got, Err(VerifyError::BadSignature)), "{name}: {got:?}"),
-            Some("kid") => assert!(matches!(got, Err(VerifyError::UnknownKey { .. })), "{name}: {got:?}"),
+            Some("signature") => assert!(
+                matches!(got, Err(VerifyError::BadSignature)),
+                "{name}: {got:?}"
+            ),
+            Some("kid") => assert!(
+                matches!(got, Err(VerifyError::UnknownKey { .. })),
+                "{name}: {got:?}"
+            ),
             Some(claim) => match got {
                 Err(VerifyError::Claim { claim: c, .. }) => assert_eq!(c, claim, "{name}"),
                 other => panic!("{name}: {other:?}"),
@@ -72,16 +88,29 @@ fn a_jwks_url_is_named_and_the_document_passed_in_is_used() {
     let now = at(f["now"].as_u64().unwrap());
     let delivery = Delivery::new(&h, body);
     let needed = v.needs(&delivery).unwrap().unwrap();
-    assert_eq!((needed.url.as_str(), needed.kind), (url, DocumentKind::Jwks));
+    assert_eq!(
+        (needed.url.as_str(), needed.kind),
+        (url, DocumentKind::Jwks)
+    );
     // Without the document: 503, the caller's to fetch.
     let e = v.verify_delivery(&delivery, now).unwrap_err();
     assert_eq!((e.status(), e.kind()), (503, "document_unavailable"));
     let jwks = f["jwks"].to_string();
-    assert!(v.verify_delivery(&delivery.with_document(url, jwks.as_bytes()), now).is_ok());
+    assert!(
+        v.verify_delivery(&delivery.with_document(url, jwks.as_bytes()), now)
+            .is_ok()
+    );
     // A document for another URL is not used; a broken one is a 502.
-    let e = v.verify_delivery(&delivery.with_document("https://other.example.com/", jwks.as_bytes()), now).unwrap_err();
+    let e = v
+        .verify_delivery(
+            &delivery.with_document("https://other.example.com/", jwks.as_bytes()),
+            now,
+        )
+        .unwrap_err();
     assert_eq!(e.status(), 503);
-    let e = v.verify_delivery(&delivery.with_document(url, b"<html>"), now).unwrap_err();
+    let e = v
+        .verify_delivery(&delivery.with_document(url, b"<html>"), now)
+        .unwrap_err();
     assert_eq!((e.status(), e.kind()), (502, "bad_document"));
     // A JWKS given by document needs nothing.
     let doc = verifier(config(&f, Jwks::Document(jwks.into_bytes())));
@@ -136,11 +165,22 @@ fn tokens_signed_here_are_checked_claim_by_claim() {
 #[test]
 fn bad_headers_and_settings_are_refused_clearly() {
     let f = fixture();
-    let v = verifier(config(&f, Jwks::Document(f["jwks"].to_string().into_bytes())));
+    let v = verifier(config(
+        &f,
+        Jwks::Document(f["jwks"].to_string().into_bytes()),
+    ));
     let body = f["body"].as_str().unwrap().as_bytes();
     let now = at(f["now"].as_u64().unwrap());
-    assert!(matches!(v.verify(&HeaderMap::new(), body, now), Err(VerifyError::MissingHeader { .. })));
-    for bad in ["Basic dXNlcjpwYXNz", "Bearer a.b", "Bearer !!.!!.!!", "Bearer e30.e30.e30"] {
+    assert!(matches!(
+        v.verify(&HeaderMap::new(), body, now),
+        Err(VerifyError::MissingHeader { .. })
+    ));
+    for bad in [
+        "Basic dXNlcjpwYXNz",
+        "Bearer a.b",
+        "Bearer !!.!!.!!",
+        "Bearer e30.e30.e30",
+    ] {
         let e = v.verify(&bearer(bad), body, now).unwrap_err();
         assert_eq!(e.kind(), "malformed_header", "{bad}: {e}");
     }
@@ -151,14 +191,42 @@ fn bad_headers_and_settings_are_refused_clearly() {
     // Settings.
     let mut no_audience = config(&f, Jwks::Url(pubsub::GOOGLE_JWKS_URL.to_owned()));
     no_audience.audience.clear();
-    let e = Verifier::new(Scheme::Pubsub(no_audience), vec![], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Pubsub(no_audience),
+        vec![],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("audience"), "{e}");
-    let e = Verifier::new(Scheme::Pubsub(config(&f, Jwks::Url("http://keys.example.com/".into()))), vec![], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Pubsub(config(&f, Jwks::Url("http://keys.example.com/".into()))),
+        vec![],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("https"), "{e}");
-    let e = Verifier::new(Scheme::Pubsub(config(&f, Jwks::Document(b"{\"keys\":[]}".to_vec()))), vec![], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Pubsub(config(&f, Jwks::Document(b"{\"keys\":[]}".to_vec()))),
+        vec![],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("jwks"), "{e}");
-    let e = Verifier::new(Scheme::Pubsub(config(&f, Jwks::Document(f["jwks"].to_string().into_bytes()))), vec![Secret::from("s")], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Pubsub(config(
+            &f,
+            Jwks::Document(f["jwks"].to_string().into_bytes()),
+        )),
+        vec![Secret::from("s")],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("takes no secrets"), "{e}");
     // And it cannot sign a delivery itself.
-    assert!(v.sign("x", now, body).unwrap_err().to_string().contains("sign_token"));
+    assert!(
+        v.sign("x", now, body)
+            .unwrap_err()
+            .to_string()
+            .contains("sign_token")
+    );
 }

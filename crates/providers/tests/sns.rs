@@ -28,7 +28,12 @@ fn verifier(hosts: &[&str]) -> Verifier {
 }
 
 /// Verifies `body` as the gateway does: ask what is needed, pass the certificate in.
-fn check(v: &Verifier, body: &[u8], cert: &str, now: SystemTime) -> Result<idemgate_providers::Verified, VerifyError> {
+fn check(
+    v: &Verifier,
+    body: &[u8],
+    cert: &str,
+    now: SystemTime,
+) -> Result<idemgate_providers::Verified, VerifyError> {
     let headers = HeaderMap::new();
     let delivery = Delivery::new(&headers, body);
     let needed = v.needs(&delivery)?.expect("sns needs its certificate");
@@ -50,7 +55,10 @@ fn the_validators_verdicts_hold() {
             let ok = got.unwrap_or_else(|e| panic!("{name}: {e}"));
             let message: Value = serde_json::from_slice(body).unwrap();
             assert_eq!(ok.event_id.as_str(), message["MessageId"].as_str().unwrap());
-            assert_eq!(ok.signed_at, Some(time(message["Timestamp"].as_str().unwrap())));
+            assert_eq!(
+                ok.signed_at,
+                Some(time(message["Timestamp"].as_str().unwrap()))
+            );
             match message["Type"].as_str().unwrap() {
                 "SubscriptionConfirmation" => assert_eq!(
                     ok.control,
@@ -63,7 +71,10 @@ fn the_validators_verdicts_hold() {
             }
             seen.0 += 1;
         } else {
-            assert!(matches!(got, Err(VerifyError::BadSignature)), "{name}: {got:?}");
+            assert!(
+                matches!(got, Err(VerifyError::BadSignature)),
+                "{name}: {got:?}"
+            );
             seen.1 += 1;
         }
     }
@@ -87,7 +98,10 @@ fn signed(m: &Map<String, Value>) -> Vec<u8> {
 #[test]
 fn retries_of_the_same_message_verify_for_an_hour_past_the_tolerance() {
     let v = verifier(&["certs.example.com"]);
-    let body = signed(&message("https://certs.example.com/c.pem", "2026-01-02T03:00:00Z"));
+    let body = signed(&message(
+        "https://certs.example.com/c.pem",
+        "2026-01-02T03:00:00Z",
+    ));
     for (now, ok) in [
         ("2026-01-02T03:00:00Z", true),
         ("2026-01-02T04:05:00Z", true),
@@ -98,8 +112,14 @@ fn retries_of_the_same_message_verify_for_an_hour_past_the_tolerance() {
         let got = check(&v, &body, CERT, time(now));
         assert_eq!(got.is_ok(), ok, "{now}: {got:?}");
     }
-    assert!(matches!(check(&v, &body, CERT, time("2026-01-02T05:00:00Z")), Err(VerifyError::StaleTimestamp { .. })));
-    assert!(matches!(check(&v, &body, CERT, time("2026-01-02T02:00:00Z")), Err(VerifyError::FutureTimestamp { .. })));
+    assert!(matches!(
+        check(&v, &body, CERT, time("2026-01-02T05:00:00Z")),
+        Err(VerifyError::StaleTimestamp { .. })
+    ));
+    assert!(matches!(
+        check(&v, &body, CERT, time("2026-01-02T02:00:00Z")),
+        Err(VerifyError::FutureTimestamp { .. })
+    ));
 }
 
 #[test]
@@ -115,7 +135,12 @@ fn an_untrusted_certificate_url_is_refused_before_anything_is_named() {
         let e = v.needs(&Delivery::new(&headers, &body)).unwrap_err();
         assert_eq!((e.status(), e.kind()), (401, "untrusted_url"), "{url}: {e}");
         // Even handed a document, verification refuses the URL.
-        let e = v.verify_delivery(&Delivery::new(&headers, &body).with_document(url, CERT.as_bytes()), time("2026-01-02T03:00:00Z")).unwrap_err();
+        let e = v
+            .verify_delivery(
+                &Delivery::new(&headers, &body).with_document(url, CERT.as_bytes()),
+                time("2026-01-02T03:00:00Z"),
+            )
+            .unwrap_err();
         assert_eq!(e.kind(), "untrusted_url");
     }
 }
@@ -126,11 +151,17 @@ fn a_subscribe_url_off_the_allowed_hosts_is_refused() {
     let mut m = message("https://certs.example.com/c.pem", "2026-01-02T03:00:00Z");
     m.insert("Type".into(), "SubscriptionConfirmation".into());
     m.insert("Token".into(), "tok".into());
-    m.insert("SubscribeURL".into(), "https://evil.example.com/?Action=ConfirmSubscription".into());
+    m.insert(
+        "SubscribeURL".into(),
+        "https://evil.example.com/?Action=ConfirmSubscription".into(),
+    );
     let e = check(&v, &signed(&m), CERT, time("2026-01-02T03:00:00Z")).unwrap_err();
     assert_eq!(e.kind(), "untrusted_url");
     assert!(e.to_string().contains("SubscribeURL"), "{e}");
-    m.insert("SubscribeURL".into(), "https://certs.example.com/?Action=ConfirmSubscription".into());
+    m.insert(
+        "SubscribeURL".into(),
+        "https://certs.example.com/?Action=ConfirmSubscription".into(),
+    );
     let ok = check(&v, &signed(&m), CERT, time("2026-01-02T03:00:00Z")).unwrap();
     assert!(matches!(ok.control, Some(Control::SnsSubscription { .. })));
     m.insert("Type".into(), "UnsubscribeConfirmation".into());
@@ -158,20 +189,43 @@ fn bad_messages_and_documents_are_refused_clearly() {
         let mut m: Map<String, Value> = serde_json::from_slice(&signed(&good)).unwrap();
         m.insert(field.into(), value);
         let e = check(&v, &serde_json::to_vec(&m).unwrap(), CERT, now).unwrap_err();
-        assert!(matches!(e, VerifyError::MalformedBody { .. } | VerifyError::BadSignature), "{field}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                VerifyError::MalformedBody { .. } | VerifyError::BadSignature
+            ),
+            "{field}: {e:?}"
+        );
     }
     let body = signed(&good);
     // Without the certificate: 503; with something that is not one: 502.
-    let e = v.verify_delivery(&Delivery::new(&headers, &body), now).unwrap_err();
+    let e = v
+        .verify_delivery(&Delivery::new(&headers, &body), now)
+        .unwrap_err();
     assert_eq!(e.status(), 503);
-    for doc in ["", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"] {
+    for doc in [
+        "",
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    ] {
         let e = check(&v, &body, doc, now).unwrap_err();
         assert_eq!((e.status(), e.kind()), (502, "bad_document"), "{e}");
     }
     // Settings.
-    let e = Verifier::new(Scheme::Sns(Sns { cert_hosts: vec!["*".into()] }), vec![], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Sns(Sns {
+            cert_hosts: vec!["*".into()],
+        }),
+        vec![],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("cert_hosts"), "{e}");
-    let e = Verifier::new(Scheme::Sns(Sns::default()), vec![Secret::from("s")], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let e = Verifier::new(
+        Scheme::Sns(Sns::default()),
+        vec![Secret::from("s")],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("SigningCertURL"), "{e}");
     let e = sns::sign(KEY.as_bytes(), &{
         let mut m = good.clone();

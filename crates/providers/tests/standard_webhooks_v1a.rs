@@ -5,7 +5,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
-use idemgate_providers::{Scheme, Secret, SignError, Verifier, VerifyError, standard_webhooks, svix};
+use idemgate_providers::{
+    Scheme, Secret, SignError, Verifier, VerifyError, standard_webhooks, svix,
+};
 use serde_json::Value;
 
 fn fixture() -> Value {
@@ -23,7 +25,11 @@ fn verifier(scheme: Scheme, secrets: &[&str]) -> Verifier {
 
 fn headers(prefix: &str, id: &str, ts: u64, signature: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    for (name, value) in [("id", id.to_owned()), ("timestamp", ts.to_string()), ("signature", signature.to_owned())] {
+    for (name, value) in [
+        ("id", id.to_owned()),
+        ("timestamp", ts.to_string()),
+        ("signature", signature.to_owned()),
+    ] {
         h.insert(
             http::HeaderName::from_bytes(format!("{prefix}-{name}").as_bytes()).unwrap(),
             HeaderValue::from_str(&value).unwrap(),
@@ -42,7 +48,10 @@ fn the_vectors_verify_with_public_keys_and_tampered_ones_do_not() {
     let (current, previous) = (text(&f["keys"], "current"), text(&f["keys"], "previous"));
     // Public keys only, both active (rotation); and the same beside the library's HMAC secret.
     let public = verifier(Scheme::StandardWebhooks, &[current, previous]);
-    let mixed = verifier(Scheme::StandardWebhooks, &[text(&f, "whsec"), current, previous]);
+    let mixed = verifier(
+        Scheme::StandardWebhooks,
+        &[text(&f, "whsec"), current, previous],
+    );
     let mut counts = (0, 0);
     for v in f["vectors"].as_array().unwrap() {
         let name = text(v, "name");
@@ -55,17 +64,33 @@ fn the_vectors_verify_with_public_keys_and_tampered_ones_do_not() {
                 let ok = got.unwrap_or_else(|e| panic!("{name} ({who}): {e}"));
                 assert_eq!(ok.event_id.as_str(), text(v, "id"));
             } else {
-                assert!(matches!(got, Err(VerifyError::BadSignature)), "{name} ({who}): {got:?}");
+                assert!(
+                    matches!(got, Err(VerifyError::BadSignature)),
+                    "{name} ({who}): {got:?}"
+                );
             }
         }
-        if v["valid"].as_bool().unwrap() { counts.0 += 1 } else { counts.1 += 1 }
+        if v["valid"].as_bool().unwrap() {
+            counts.0 += 1
+        } else {
+            counts.1 += 1
+        }
     }
     assert_eq!(counts, (9, 15));
     // The HMAC secret alone verifies the library's v1 entry but none of the v1a-only vectors.
     let hmac = verifier(Scheme::StandardWebhooks, &[text(&f, "whsec")]);
-    for v in f["vectors"].as_array().unwrap().iter().filter(|v| v["valid"] == true) {
+    for v in f["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["valid"] == true)
+    {
         let ts = v["timestamp"].as_u64().unwrap();
-        let got = hmac.verify(&headers("webhook", text(v, "id"), ts, text(v, "signature")), text(v, "body").as_bytes(), at(ts));
+        let got = hmac.verify(
+            &headers("webhook", text(v, "id"), ts, text(v, "signature")),
+            text(v, "body").as_bytes(),
+            at(ts),
+        );
         assert_eq!(got.is_ok(), v["hmac"] == true, "{}", text(v, "name"));
     }
 }
@@ -89,25 +114,38 @@ fn a_secret_key_signs_v1a_like_the_vectors_and_verifies_too() {
     let svix = verifier(Scheme::Svix, &[text(&f, "signing_key")]);
     let h = svix.sign("msg_1", at(ts), body).unwrap();
     assert!(h["svix-signature"].to_str().unwrap().starts_with("v1a,"));
-    assert!(verifier(Scheme::Svix, &[text(&f["keys"], "current")]).verify(&h, body, at(ts)).is_ok());
+    assert!(
+        verifier(Scheme::Svix, &[text(&f["keys"], "current")])
+            .verify(&h, body, at(ts))
+            .is_ok()
+    );
     assert!(matches!(
         verifier(Scheme::Svix, &[text(&f["keys"], "previous")]).verify(&h, body, at(ts)),
         Err(VerifyError::BadSignature)
     ));
-    assert!(svix::sign(text(&f, "signing_key").as_bytes(), "m", ts, body).is_err(), "v1 needs whsec_");
+    assert!(
+        svix::sign(text(&f, "signing_key").as_bytes(), "m", ts, body).is_err(),
+        "v1 needs whsec_"
+    );
 }
 
 #[test]
 fn a_public_key_first_cannot_sign_and_a_whsec_first_signs_v1() {
     let f = fixture();
-    let e = verifier(Scheme::StandardWebhooks, &[text(&f["keys"], "current"), text(&f, "whsec")])
-        .sign("m", at(1), b"{}")
-        .unwrap_err();
+    let e = verifier(
+        Scheme::StandardWebhooks,
+        &[text(&f["keys"], "current"), text(&f, "whsec")],
+    )
+    .sign("m", at(1), b"{}")
+    .unwrap_err();
     assert!(matches!(e, SignError::CannotSign { .. }), "{e}");
     assert!(e.to_string().contains("whsk_"), "{e}");
-    let h = verifier(Scheme::StandardWebhooks, &[text(&f, "whsec"), text(&f["keys"], "current")])
-        .sign("m", at(1), b"{}")
-        .unwrap();
+    let h = verifier(
+        Scheme::StandardWebhooks,
+        &[text(&f, "whsec"), text(&f["keys"], "current")],
+    )
+    .sign("m", at(1), b"{}")
+    .unwrap();
     assert!(h["webhook-signature"].to_str().unwrap().starts_with("v1,"));
 }
 
@@ -118,16 +156,31 @@ fn v1a_is_held_to_the_tolerance_and_to_its_headers() {
     let signer = verifier(Scheme::StandardWebhooks, &[text(&f, "signing_key")]);
     let h = signer.sign("msg_1", at(1_000_000), b"{}").unwrap();
     assert!(v.verify(&h, b"{}", at(1_000_300)).is_ok());
-    assert!(matches!(v.verify(&h, b"{}", at(1_000_301)), Err(VerifyError::StaleTimestamp { .. })));
-    assert!(matches!(v.verify(&h, b"{}", at(999_699)), Err(VerifyError::FutureTimestamp { .. })));
+    assert!(matches!(
+        v.verify(&h, b"{}", at(1_000_301)),
+        Err(VerifyError::StaleTimestamp { .. })
+    ));
+    assert!(matches!(
+        v.verify(&h, b"{}", at(999_699)),
+        Err(VerifyError::FutureTimestamp { .. })
+    ));
     let mut no_id = h.clone();
     no_id.remove("webhook-id");
-    assert!(matches!(v.verify(&no_id, b"{}", at(1_000_000)), Err(VerifyError::MissingHeader { .. })));
+    assert!(matches!(
+        v.verify(&no_id, b"{}", at(1_000_000)),
+        Err(VerifyError::MissingHeader { .. })
+    ));
     let mut garbled = h.clone();
     garbled.insert("webhook-signature", HeaderValue::from_static("v1a,!!!"));
-    assert!(matches!(v.verify(&garbled, b"{}", at(1_000_000)), Err(VerifyError::BadSignature)));
+    assert!(matches!(
+        v.verify(&garbled, b"{}", at(1_000_000)),
+        Err(VerifyError::BadSignature)
+    ));
     garbled.insert("webhook-signature", HeaderValue::from_static("garbage"));
-    assert_eq!(v.verify(&garbled, b"{}", at(1_000_000)).unwrap_err().kind(), "malformed_header");
+    assert_eq!(
+        v.verify(&garbled, b"{}", at(1_000_000)).unwrap_err().kind(),
+        "malformed_header"
+    );
 }
 
 #[test]
@@ -137,8 +190,8 @@ fn keys_that_cannot_work_are_refused_naming_their_index() {
     for bad in [
         "whpk_",
         "whpk_!!!",
-        "whpk_aGVsbG8=",  // 5 bytes
-        "whsk_aGVsbG8=",  // 5 bytes
+        "whpk_aGVsbG8=", // 5 bytes
+        "whsk_aGVsbG8=", // 5 bytes
         "wh_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     ] {
         let e = Verifier::new(
@@ -153,7 +206,15 @@ fn keys_that_cannot_work_are_refused_naming_their_index() {
     let sk = text(&f, "signing_key").strip_prefix("whsk_").unwrap();
     let mut bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, sk).unwrap();
     bytes[40] ^= 1;
-    let bad = format!("whsk_{}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes));
-    let e = Verifier::new(Scheme::StandardWebhooks, vec![Secret::from(bad)], Verifier::DEFAULT_TOLERANCE).unwrap_err();
+    let bad = format!(
+        "whsk_{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes)
+    );
+    let e = Verifier::new(
+        Scheme::StandardWebhooks,
+        vec![Secret::from(bad)],
+        Verifier::DEFAULT_TOLERANCE,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("do not go together"), "{e}");
 }

@@ -210,10 +210,12 @@ pub fn server_tls(
             roots
                 .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap())
                 .unwrap();
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
             builder.with_client_cert_verifier(verifier)
         }
     };
