@@ -28,8 +28,18 @@ const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
 /// 1.2.840.10045.3.1.7 (prime256v1, P-256).
 const P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 
-/// One element: `(tag, content, the element's whole bytes, what follows)`.
-fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
+/// One DER element.
+struct Element<'a> {
+    tag: u8,
+    content: &'a [u8],
+    /// The element's bytes, tag and length included.
+    whole: &'a [u8],
+    /// What follows it.
+    rest: &'a [u8],
+}
+
+/// The first element of `input`.
+fn element(input: &[u8]) -> Option<Element<'_>> {
     let (&tag, rest) = input.split_first()?;
     if tag & 0x1f == 0x1f {
         return None; // high tag numbers: not in these structures
@@ -53,13 +63,18 @@ fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
     }
     let (content, after) = rest.split_at(len);
     let whole = &input[..input.len() - after.len()];
-    Some((tag, content, whole, after))
+    Some(Element {
+        tag,
+        content,
+        whole,
+        rest: after,
+    })
 }
 
 /// The content of an element with tag `tag`, and what follows.
 fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (t, content, _, after) = element(input)?;
-    (t == tag).then_some((content, after))
+    let e = element(input)?;
+    (e.tag == tag).then_some((e.content, e.rest))
 }
 
 /// The SubjectPublicKeyInfo (its whole DER) of an X.509 certificate.
@@ -71,7 +86,7 @@ pub(crate) fn certificate_spki(cert: &[u8]) -> Option<&[u8]> {
     let (tbs, _) = expect(certificate, SEQUENCE)?;
     let mut rest = tbs;
     if rest.first() == Some(&VERSION) {
-        rest = element(rest)?.3;
+        rest = element(rest)?.rest;
     }
     let (_serial, rest) = expect(rest, INTEGER)?;
     // signature algorithm, issuer, validity, subject
@@ -79,8 +94,8 @@ pub(crate) fn certificate_spki(cert: &[u8]) -> Option<&[u8]> {
     for _ in 0..4 {
         rest = expect(rest, SEQUENCE)?.1;
     }
-    let (tag, _, whole, _) = element(rest)?;
-    (tag == SEQUENCE).then_some(whole)
+    let spki = element(rest)?;
+    (spki.tag == SEQUENCE).then_some(spki.whole)
 }
 
 /// The key inside a SubjectPublicKeyInfo: RSA, or EC on P-256.

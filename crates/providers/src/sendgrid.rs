@@ -33,7 +33,7 @@ pub const EVENT_ID_FIELD: &str = "sg_event_id";
 #[derive(Debug)]
 pub(crate) enum Key {
     Public(PublicKey),
-    Private(PrivateKey, PublicKey),
+    Private(Box<PrivateKey>, PublicKey),
 }
 
 impl Key {
@@ -48,7 +48,7 @@ impl Key {
             Err(spki_why) => match PrivateKey::p256_from_pkcs8(&der) {
                 Ok(private) => {
                     let public = private.public();
-                    Ok(Self::Private(private, public))
+                    Ok(Self::Private(Box::new(private), public))
                 }
                 // Say why the public key did not do, unless it is not an SPKI at all.
                 Err(pkcs8_why) if spki_why.starts_with("not a") => Err(pkcs8_why),

@@ -62,7 +62,7 @@ pub(crate) enum Key {
     /// `whpk_`: verifies `v1a`.
     Public(PublicKey),
     /// `whsk_`: signs `v1a`, and verifies with its public half.
-    Private(PrivateKey, PublicKey),
+    Private(Box<PrivateKey>, PublicKey),
 }
 
 /// Decodes a `whsec_`, `whpk_` or `whsk_` secret.
@@ -82,7 +82,7 @@ pub(crate) fn decode_key(secret: &[u8]) -> Result<Key, &'static str> {
         let bytes = base64_decode(encoded).ok_or("the part after whsk_ is not valid base64")?;
         let private = PrivateKey::ed25519(&bytes)?;
         let public = private.public();
-        Ok(Key::Private(private, public))
+        Ok(Key::Private(Box::new(private), public))
     } else if text.starts_with(SECRET_PREFIX) {
         decode_secret(secret).map(Key::Hmac)
     } else {

@@ -153,7 +153,7 @@ struct Asym {
     /// Keys that verify: Standard Webhooks' `whpk_` (and the public half of `whsk_`), SendGrid's.
     public: Vec<PublicKey>,
     /// The first secret, when it is a private key: what [`Verifier::sign`] signs with.
-    signer: Option<PrivateKey>,
+    signer: Option<Box<PrivateKey>>,
     /// Whether the first secret is a public or private key rather than an HMAC secret.
     first: bool,
 }
