@@ -32,13 +32,17 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use idemgate_providers::{GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier};
+use idemgate_providers::pubsub::{Jwks, Pubsub};
+use idemgate_providers::{
+    Delivery, GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
+};
 
 /// Which schemes a target drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schemes {
     /// The providers with fixed rules: stripe, github, shopify, slack, standard-webhooks, svix,
-    /// paddle.
+    /// paddle, sendgrid, pubsub (with a test JWKS and audience), sns (the test certificate
+    /// passed in for whatever URL it names).
     BuiltIn,
     /// The configurable ones: generic-hmac (header, encoding, prefix, algorithm, timestamp
     /// header, signed_payload template, event id header or JSON pointer) and none.
@@ -50,6 +54,31 @@ pub const DEFAULT_NOW: u64 = 1_700_000_000;
 /// A secret for each scheme when an input names none.
 const DEFAULT_SECRET: &str = "fuzz-secret";
 const DEFAULT_WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The providers' test fixtures: SendGrid's PKCS#8 signing key, Pub/Sub's JWKS, SNS's
+/// certificate.
+const SENDGRID: &str = include_str!("../../crates/providers/tests/fixtures/sendgrid/vectors.json");
+const PUBSUB: &str = include_str!("../../crates/providers/tests/fixtures/pubsub/vectors.json");
+const SNS_CERT: &str = include_str!("../../crates/providers/tests/fixtures/sns/signing-cert.pem");
+/// The audience of the fuzzed Pub/Sub source.
+pub const PUBSUB_AUDIENCE: &str = "https://hooks.example.com/hooks/pubsub";
+
+fn fixture(text: &'static str, key: &str) -> String {
+    let doc: serde_json::Value = serde_json::from_str(text).expect("a fixture");
+    match &doc[key] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn sendgrid_key() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| fixture(SENDGRID, "signing_key"))
+}
+
+fn pubsub_jwks() -> &'static str {
+    static JWKS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    JWKS.get_or_init(|| fixture(PUBSUB, "jwks"))
+}
 
 #[derive(Debug)]
 enum Step<'a> {
@@ -169,6 +198,12 @@ pub fn run(data: &[u8], schemes: Schemes) {
         (Schemes::Configurable, Some("none")) => Scheme::None(NoneScheme {
             event_id: input.event_id.take().unwrap_or_default(),
         }),
+        (Schemes::BuiltIn, Some("pubsub")) => Scheme::Pubsub(Pubsub {
+            audience: PUBSUB_AUDIENCE.to_owned(),
+            issuers: Vec::new(),
+            email: None,
+            jwks: Jwks::Document(pubsub_jwks().as_bytes().to_vec()),
+        }),
         (Schemes::BuiltIn, Some(name)) if !matches!(name, "generic-hmac" | "none") => {
             match Scheme::from_name(name) {
                 Ok(s) => s,
@@ -178,9 +213,11 @@ pub fn run(data: &[u8], schemes: Schemes) {
         _ => return,
     };
     let mut secrets: Vec<Secret> = input.secrets.iter().map(|s| Secret::from(*s)).collect();
-    if secrets.is_empty() && scheme.is_signed() {
+    let keyless = matches!(scheme, Scheme::Pubsub(_) | Scheme::Sns(_));
+    if secrets.is_empty() && scheme.is_signed() && !keyless {
         let default = match scheme {
             Scheme::StandardWebhooks | Scheme::Svix => DEFAULT_WHSEC,
+            Scheme::Sendgrid => sendgrid_key(),
             _ => DEFAULT_SECRET,
         };
         secrets.push(Secret::from(default));
@@ -270,7 +307,7 @@ fn accepts_what_it_signs(verifier: &Verifier, id: &str, body: &[u8], now: System
         return;
     };
     let headers = as_received(&signed);
-    match verifier.verify(&headers, body, now) {
+    match verify(verifier, &headers, body, now) {
         Ok(v) => {
             if verifier.scheme().signs_timestamp() {
                 assert_eq!(v.signed_at, Some(now), "signed_at of a fresh signature");
@@ -284,8 +321,8 @@ fn accepts_what_it_signs(verifier: &Verifier, id: &str, body: &[u8], now: System
             e.kind()
         ),
     }
-    if verifier.scheme().is_signed() {
-        let err = verifier.verify(&headers, &tampered(body), now).err();
+    if signs_body(verifier.scheme()) {
+        let err = verify(verifier, &headers, &tampered(body), now).err();
         assert_eq!(
             err.as_ref().map(|e| e.kind()),
             Some("bad_signature"),
@@ -301,13 +338,41 @@ const REFUSED: &[&str] = &[
     "bad_signature",
     "stale_timestamp",
     "future_timestamp",
+    "malformed_body",
+    "bad_claim",
+    "unknown_key",
+    "untrusted_url",
 ];
+
+/// Whether the signature covers the body: not Pub/Sub's, whose token authenticates the sender
+/// only (TLS carries the body).
+fn signs_body(scheme: &Scheme) -> bool {
+    scheme.is_signed() && !matches!(scheme, Scheme::Pubsub(_))
+}
+
+/// Verifies as the gateway does: the document the scheme names (SNS's certificate: the test
+/// one, whatever the URL) passed in.
+fn verify(
+    verifier: &Verifier,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<idemgate_providers::Verified, VerifyError> {
+    let delivery = Delivery::new(headers, body);
+    match verifier.needs(&delivery)? {
+        None => verifier.verify_delivery(&delivery, now),
+        Some(needed) => verifier.verify_delivery(
+            &delivery.with_document(&needed.url, SNS_CERT.as_bytes()),
+            now,
+        ),
+    }
+}
 const UNUSABLE: &[&str] = &["missing_event_id", "invalid_event_id", "invalid_json"];
 
 /// The properties of any answer to any request.
 fn check(verifier: &Verifier, headers: &HeaderMap, body: &[u8], now: SystemTime) {
     let scheme = verifier.scheme();
-    match verifier.verify(headers, body, now) {
+    match verify(verifier, headers, body, now) {
         Err(e) => {
             let kind = e.kind();
             match e.status() {
@@ -332,7 +397,16 @@ fn check(verifier: &Verifier, headers: &HeaderMap, body: &[u8], now: SystemTime)
                         scheme.signs_timestamp(),
                         "{scheme}: signed_at without a timestamp"
                     );
-                    let gap = now.duration_since(signed).unwrap_or_else(|e| e.duration());
+                    // SNS re-sends one signed message for an hour; a token's iat may be old
+                    // while the token is valid (only its future is bounded).
+                    let gap = match scheme {
+                        Scheme::Pubsub(_) => signed.duration_since(now).unwrap_or_default(),
+                        Scheme::Sns(_) => now
+                            .duration_since(signed)
+                            .map(|past| past.saturating_sub(idemgate_providers::sns::RETRY_PERIOD))
+                            .unwrap_or_else(|e| e.duration()),
+                        _ => now.duration_since(signed).unwrap_or_else(|e| e.duration()),
+                    };
                     assert!(
                         gap <= verifier.tolerance(),
                         "{scheme}: accepted a timestamp {}s away, tolerance {}s",
@@ -345,10 +419,10 @@ fn check(verifier: &Verifier, headers: &HeaderMap, body: &[u8], now: SystemTime)
                     "{scheme}: accepted without a signed timestamp"
                 ),
             }
-            if scheme.is_signed() {
+            if signs_body(scheme) {
                 // Every signature the request carries was made for this body: the same headers
                 // on other bytes must not verify.
-                let err = verifier.verify(headers, &tampered(body), now).err();
+                let err = verify(verifier, headers, &tampered(body), now).err();
                 assert_eq!(
                     err.as_ref().map(|e| e.kind()),
                     Some("bad_signature"),

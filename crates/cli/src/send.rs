@@ -66,7 +66,11 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         .then(|| config.api_tokens.first().cloned())
         .flatten();
 
-    let (event_id, body) = delivery(&args, signer.scheme().body_event_id())?;
+    let (event_id, body) = if signer.scheme().is_batch() {
+        batch(&args)?
+    } else {
+        delivery(&args, signer.scheme().body_event_id())?
+    };
     let base = match &args.url {
         Some(url) => url.trim_end_matches('/').to_owned(),
         None => format!("http://{}", local(&config.listen)),
@@ -208,6 +212,18 @@ fn delivery(args: &SendArgs, pointer: Option<&str>) -> anyhow::Result<(String, V
             Ok((id, serde_json::to_vec(&doc)?))
         }
     }
+}
+
+/// A batch source's delivery (SendGrid: a JSON array of events, each with its `sg_event_id`):
+/// `--body` as given, or one event with `--event-id` (or a fresh id).
+fn batch(args: &SendArgs) -> anyhow::Result<(String, Vec<u8>)> {
+    if args.body.is_some() {
+        let (_, body) = delivery(args, None)?;
+        return Ok(("(the batch's own)".to_owned(), body));
+    }
+    let (id, _) = delivery(args, None)?;
+    let events = json!([{ "event": "processed", "sg_event_id": id, "sent_by": "idemgate send" }]);
+    Ok((id, serde_json::to_vec(&events)?))
 }
 
 /// Writes `value` at an RFC 6901 `pointer`, creating objects on the way.

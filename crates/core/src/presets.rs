@@ -92,7 +92,7 @@ pub const PRESETS: &[Preset] = &[
         // The spec's example schedule spans about 75 hours.
         contract: contract(75 * HOUR, 3 * DAY),
         dedup_key: "header: webhook-id",
-        signature: "standard-webhooks (webhook-signature: v1,base64 HMAC-SHA256 of id.ts.body)",
+        signature: "standard-webhooks (webhook-signature: v1,base64 HMAC-SHA256 or v1a,base64 ed25519 of id.ts.body)",
         source_url: "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
         checked: CHECKED,
         note: "the spec's example schedule; a sender may use another",
@@ -102,7 +102,7 @@ pub const PRESETS: &[Preset] = &[
         // 0, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: about 27.6 hours.
         contract: contract(27 * HOUR + 36 * MIN, 2 * DAY),
         dedup_key: "header: svix-id",
-        signature: "svix (svix-signature: v1,base64 HMAC-SHA256 of id.ts.body)",
+        signature: "svix (svix-signature: v1,base64 HMAC-SHA256 or v1a,base64 ed25519 of id.ts.body)",
         source_url: "https://docs.svix.com/retries",
         checked: CHECKED,
         note: "manual replay at any time: keep late_duplicates on",
@@ -138,8 +138,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         name: "sendgrid",
         contract: contract(DAY, 2 * DAY),
-        dedup_key: "body: sg_event_id",
-        signature: "sendgrid (ECDSA, X-Twilio-Email-Event-Webhook-Signature)",
+        dedup_key: "body: sg_event_id of each event in the batch (one claim per event)",
+        signature: "sendgrid (X-Twilio-Email-Event-Webhook-Signature: base64 ECDSA P-256/SHA-256 of timestamp+body)",
         source_url: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook",
         checked: CHECKED,
         note: "retries for 24 hours",
@@ -168,7 +168,7 @@ pub const PRESETS: &[Preset] = &[
         // Until message retention: 7 days by default, 31 at most (set retry_window).
         contract: contract(7 * DAY, 3 * DAY),
         dedup_key: "body: message.messageId",
-        signature: "optional OIDC JWT",
+        signature: "pubsub (Authorization: Bearer OIDC JWT, RS256, checked against a JWKS: aud, iss, exp, email)",
         source_url: "https://cloud.google.com/pubsub/docs/push",
         checked: CHECKED,
         note: "retries until the subscription's message retention ends (default 7 d, max 31 d)",
@@ -177,7 +177,7 @@ pub const PRESETS: &[Preset] = &[
         name: "sns",
         contract: contract(HOUR, DAY),
         dedup_key: "body: MessageId",
-        signature: "RSA over canonical fields (certificate URL)",
+        signature: "sns (SignatureVersion 1/2: RSA SHA1/SHA256 over the canonical fields, certificate from an allowed SigningCertURL host)",
         source_url: "https://docs.aws.amazon.com/sns/latest/dg/sns-message-delivery-retries.html",
         checked: CHECKED,
         note: "default policy retries about 1 minute; at most 1 hour",

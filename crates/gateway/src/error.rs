@@ -73,6 +73,19 @@ pub enum AppError {
     Signature { kind: Outcome, detail: String },
     #[error("{detail}")]
     BadRequest { kind: Outcome, detail: String },
+    /// The signature check needs a document the verifier was not given (503) or cannot use (502).
+    #[error("{detail}")]
+    Document {
+        status: u16,
+        kind: Outcome,
+        detail: String,
+    },
+    /// A document the signature check needs (a JWKS, an SNS certificate) cannot be fetched.
+    #[error("a document the signature check needs cannot be fetched: {why}")]
+    DocumentUnavailable { why: String },
+    /// An SNS subscription could not be confirmed (`sns_subscription = "confirm"`).
+    #[error("the SNS subscription could not be confirmed: {why}")]
+    ConfirmFailed { why: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("another delivery of this event is being processed; retry after {} s", retry_after.as_secs().max(1))]
@@ -108,6 +121,15 @@ impl AppError {
             Self::BodyRead => (StatusCode::BAD_REQUEST, Outcome::BodyUnreadable),
             Self::Signature { kind, .. } => (StatusCode::UNAUTHORIZED, *kind),
             Self::BadRequest { kind, .. } => (StatusCode::BAD_REQUEST, *kind),
+            Self::Document { status, kind, .. } => (
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                *kind,
+            ),
+            Self::DocumentUnavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Outcome::DocumentUnavailable,
+            ),
+            Self::ConfirmFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ConfirmFailed),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized),
             Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),

@@ -22,12 +22,12 @@ use idemgate::{Claimed, Once, ProcessError};
 use idemgate_core::inbox::QueuedItem;
 use idemgate_core::{ClaimOutcome, Fingerprint, Key};
 use idemgate_providers::{
-    GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
+    Control, GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verified, Verifier, VerifyError,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigError, Mode, OnConflict, SourceConfig};
+use crate::config::{ConfigError, Mode, OnConflict, SnsSubscription, SourceConfig};
 use crate::error::{AppError, ErrorChain};
 use crate::forward::{self, Delivery, Failure};
 use crate::outcome::Outcome;
@@ -60,7 +60,7 @@ async fn receive(
     if src.needs_bearer() {
         state.authorize(headers)?;
     }
-    let verified = match src.verifier.verify(headers, &body, SystemTime::now()) {
+    let verified = match verify(src, headers, &body).await? {
         Ok(v) => v,
         Err(VerifyError::MissingEventId { .. })
             if let Some(challenge) = slack_challenge(src, &body) =>
@@ -76,16 +76,66 @@ async fn receive(
         }
         Err(e) => return Err(verify_error(e)),
     };
+    if let Some(control) = &verified.control {
+        return control_message(src, control).await;
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    if let Some(events) = verified.batch {
+        return Ok(crate::batch::receive(state, src, &body, events, content_type).await);
+    }
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     tracing::Span::current().record("event_id", verified.event_id.as_str());
     let key = Key::new(src.name.clone(), verified.event_id);
     let claim = src.claim_request(key).fingerprint(fingerprint);
-    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    Ok(handle(state, src, claim, body, content_type)
+        .await?
+        .into_response())
+}
+
+/// What became of one event: its outcome and the answer's body, and the status (200, or 202
+/// when queued).
+pub(crate) struct Handled {
+    pub(crate) outcome: Outcome,
+    pub(crate) answer: Answer,
+    pub(crate) status: StatusCode,
+}
+
+impl Handled {
+    fn ok(outcome: Outcome, answer: Answer) -> Self {
+        Self {
+            outcome,
+            answer,
+            status: StatusCode::OK,
+        }
+    }
+
+    fn into_response(mut self) -> Response {
+        if self.answer.challenge.is_none() {
+            self.answer.outcome = Some(self.outcome);
+        }
+        self.outcome
+            .on((self.status, axum::Json(self.answer)).into_response())
+    }
+}
+
+/// One event, claimed under `claim`: queued (inbox mode), or forwarded (or just accepted) under
+/// the claim, whose 2xx completes it while anything else releases it so the sender's retry is
+/// processed.
+///
+/// # Errors
+/// The [`AppError`] to answer with: in flight, a conflict the source rejects, a store failure,
+/// a forward that failed.
+pub(crate) async fn handle(
+    state: &AppState,
+    src: &Source,
+    claim: idemgate_core::ClaimRequest,
+    body: Bytes,
+    content_type: Option<HeaderValue>,
+) -> Result<Handled, AppError> {
     if src.mode == Mode::Inbox {
         return queue(state, src, claim, body, content_type).await;
     }
-    // One caller of `process_once`: forward (or just accept) under the claim; a 2xx completes
-    // it, anything else releases it so the sender's retry is processed.
+    // One caller of `process_once`.
     let once = state
         .dedup
         .process_once(claim, |claimed: Claimed| async move {
@@ -104,7 +154,7 @@ async fn receive(
         })
         .await;
     match once {
-        Ok(Once::Processed((attempt, None))) => Ok(answer(
+        Ok(Once::Processed((attempt, None))) => Ok(Handled::ok(
             Outcome::Accepted,
             Answer {
                 attempt: Some(attempt),
@@ -113,7 +163,7 @@ async fn receive(
         )),
         // The downstream has it: the sender is told so, whatever the store said of the
         // completion (one it missed is retried until it takes it).
-        Ok(Once::Processed((attempt, Some(status)))) => Ok(answer(
+        Ok(Once::Processed((attempt, Some(status)))) => Ok(Handled::ok(
             Outcome::Forwarded,
             Answer {
                 attempt: Some(attempt),
@@ -121,15 +171,18 @@ async fn receive(
                 ..Answer::default()
             },
         )),
-        Ok(Once::LateDuplicate { first_seen }) => Ok(answer(
+        Ok(Once::LateDuplicate { first_seen }) => Ok(Handled::ok(
             Outcome::LateDuplicate,
             Answer::first_seen(first_seen),
         )),
         Ok(Once::Duplicate {
             first_seen: Some(first_seen),
-        }) => Ok(answer(Outcome::Duplicate, Answer::first_seen(first_seen))),
+        }) => Ok(Handled::ok(
+            Outcome::Duplicate,
+            Answer::first_seen(first_seen),
+        )),
         // Processed here a moment ago; the store has not taken the completion yet.
-        Ok(Once::Duplicate { first_seen: None }) => Ok(answer(
+        Ok(Once::Duplicate { first_seen: None }) => Ok(Handled::ok(
             Outcome::Duplicate,
             Answer {
                 completion: Some("pending"),
@@ -138,7 +191,10 @@ async fn receive(
         )),
         Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
         Ok(Once::Conflict { first_seen }) => match src.on_conflict {
-            OnConflict::Duplicate => Ok(answer(Outcome::Conflict, Answer::first_seen(first_seen))),
+            OnConflict::Duplicate => Ok(Handled::ok(
+                Outcome::Conflict,
+                Answer::first_seen(first_seen),
+            )),
             OnConflict::Reject => Err(AppError::Conflict { first_seen }),
         },
         Err(ProcessError::Store(e)) => Err(e.into()),
@@ -167,7 +223,7 @@ async fn queue(
     claim: idemgate_core::ClaimRequest,
     body: Bytes,
     content_type: Option<HeaderValue>,
-) -> Result<Response, AppError> {
+) -> Result<Handled, AppError> {
     let item = QueuedItem {
         body: body.to_vec(),
         content_type: content_type
@@ -177,27 +233,114 @@ async fn queue(
         headers: Vec::new(),
     };
     match state.enqueue(claim, item).await? {
-        ClaimOutcome::Claimed { token, .. } => {
-            let body = Answer {
-                outcome: Some(Outcome::Queued),
+        ClaimOutcome::Claimed { token, .. } => Ok(Handled {
+            outcome: Outcome::Queued,
+            answer: Answer {
                 attempt: Some(token.attempt),
                 ..Answer::default()
-            };
-            Ok(Outcome::Queued.on((StatusCode::ACCEPTED, axum::Json(body)).into_response()))
-        }
-        ClaimOutcome::Duplicate { first_seen, .. } => {
-            Ok(answer(Outcome::Duplicate, Answer::first_seen(first_seen)))
-        }
-        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(answer(
+            },
+            status: StatusCode::ACCEPTED,
+        }),
+        ClaimOutcome::Duplicate { first_seen, .. } => Ok(Handled::ok(
+            Outcome::Duplicate,
+            Answer::first_seen(first_seen),
+        )),
+        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(Handled::ok(
             Outcome::LateDuplicate,
             Answer::first_seen(first_seen),
         )),
         ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
         ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
-            OnConflict::Duplicate => Ok(answer(Outcome::Conflict, Answer::first_seen(first_seen))),
+            OnConflict::Duplicate => Ok(Handled::ok(
+                Outcome::Conflict,
+                Answer::first_seen(first_seen),
+            )),
             OnConflict::Reject => Err(AppError::Conflict { first_seen }),
         },
     }
+}
+
+/// Verifies a delivery, first fetching (or taking the kept copy of) the document its check needs
+/// (see [`crate::documents`]), and fetching it once more when a token names a key the copy lacks.
+///
+/// # Errors
+/// The outer error when the document cannot be fetched (503: the sender retries); the inner one
+/// is the verifier's refusal.
+async fn verify(
+    src: &Source,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Result<Verified, VerifyError>, AppError> {
+    let delivery = idemgate_providers::Delivery::new(headers, body);
+    let needed = match src.verifier.needs(&delivery) {
+        Ok(needed) => needed,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (Some(needed), Some(documents)) = (needed, &src.documents) else {
+        return Ok(src.verifier.verify_delivery(&delivery, SystemTime::now()));
+    };
+    let unavailable = |why: String| {
+        tracing::warn!(source = %src.name, error = %why, "cannot fetch a document the signature check needs");
+        AppError::DocumentUnavailable { why }
+    };
+    let document = documents.get(&needed).await.map_err(unavailable)?;
+    let first = src.verifier.verify_delivery(
+        &delivery.with_document(&needed.url, &document),
+        SystemTime::now(),
+    );
+    if let Err(VerifyError::UnknownKey { .. }) = &first
+        && let Some(fresh) = documents.refresh(&needed).await.map_err(unavailable)?
+    {
+        // Keys rotate: the token may name one published since the copy was fetched.
+        return Ok(src.verifier.verify_delivery(
+            &delivery.with_document(&needed.url, &fresh),
+            SystemTime::now(),
+        ));
+    }
+    Ok(first)
+}
+
+/// A verified message for the gateway itself (SNS's subscription handshake): answered 200 once
+/// handled, never claimed or forwarded.
+async fn control_message(src: &Source, control: &Control) -> Result<Response, AppError> {
+    let (subscription, topic_arn) = match control {
+        Control::SnsSubscription {
+            subscribe_url,
+            topic_arn,
+        } => match (src.sns_subscription, &src.documents) {
+            (SnsSubscription::Confirm, Some(documents)) => {
+                documents.fetch(subscribe_url).await.map_err(|why| {
+                    tracing::warn!(source = %src.name, %topic_arn, error = %why, "cannot confirm the SNS subscription");
+                    AppError::ConfirmFailed { why }
+                })?;
+                tracing::info!(source = %src.name, %topic_arn, "SNS subscription confirmed");
+                ("confirmed", topic_arn)
+            }
+            _ => {
+                tracing::warn!(
+                    source = %src.name, %topic_arn, %subscribe_url,
+                    "SNS subscription confirmation received: visit its SubscribeURL to confirm (or set sns_subscription = \"confirm\")"
+                );
+                ("logged", topic_arn)
+            }
+        },
+        Control::SnsUnsubscribed { topic_arn } => {
+            tracing::info!(source = %src.name, %topic_arn, "SNS subscription deleted");
+            ("unsubscribed", topic_arn)
+        }
+        other => {
+            tracing::warn!(source = %src.name, message = ?other, "a control message this gateway does not handle");
+            ("ignored", &String::new())
+        }
+    };
+    Ok(answer(
+        Outcome::Handshake,
+        Answer {
+            subscription: Some(subscription),
+            topic_arn: Some(topic_arn.clone()).filter(|t| !t.is_empty()),
+            ..Answer::default()
+        },
+    ))
 }
 
 /// The `challenge` of a Slack `url_verification` body (already signature-checked).
@@ -213,22 +356,28 @@ fn slack_challenge(src: &Source, body: &[u8]) -> Option<String> {
 
 /// The body of a delivery's answer (200): its outcome and what goes with it.
 #[derive(Debug, Default, Serialize)]
-struct Answer {
+pub(crate) struct Answer {
     /// Filled in by [`answer`].
     #[serde(skip_serializing_if = "Option::is_none")]
     outcome: Option<Outcome>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    downstream_status: Option<u16>,
+    pub(crate) downstream_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    first_seen: Option<String>,
+    pub(crate) first_seen: Option<String>,
     /// `pending`: processed here, the store has not taken the completion yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     completion: Option<&'static str>,
     /// Slack's URL verification.
     #[serde(skip_serializing_if = "Option::is_none")]
     challenge: Option<String>,
+    /// SNS's subscription handshake: `confirmed`, `logged` or `unsubscribed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subscription: Option<&'static str>,
+    /// SNS's subscription handshake: the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topic_arn: Option<String>,
 }
 
 impl Answer {
@@ -274,10 +423,15 @@ fn verify_error(e: VerifyError) -> AppError {
     let kind = Outcome::of_refusal(&e);
     // With its causes: "event id refused: header x-event-id is not UTF-8".
     let detail = ErrorChain(&e).to_string();
-    if e.status() == 401 {
-        AppError::Signature { kind, detail }
-    } else {
-        AppError::BadRequest { kind, detail }
+    match e.status() {
+        401 => AppError::Signature { kind, detail },
+        // A document the check needs was not passed in (503), or cannot be used (502).
+        status @ (502 | 503) => AppError::Document {
+            status,
+            kind,
+            detail,
+        },
+        _ => AppError::BadRequest { kind, detail },
     }
 }
 
@@ -304,6 +458,7 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         )),
     }
     };
+    sc.check_fetch_keys()?;
     let scheme = match sc.provider.as_str() {
         "generic-hmac" => Scheme::GenericHmac(GenericHmac {
             header: sc.signature_header.clone().ok_or_else(|| {
@@ -353,7 +508,10 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
                     ));
                 }
             }
-            Scheme::from_name(name).map_err(provider)?
+            match sc.fetch_scheme()? {
+                Some(scheme) => scheme,
+                None => Scheme::from_name(name).map_err(provider)?,
+            }
         }
     };
     let secrets = sc

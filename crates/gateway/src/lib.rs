@@ -33,7 +33,9 @@ pub mod metrics;
 pub mod outcome;
 
 mod admin;
+mod batch;
 mod dispatch;
+mod documents;
 mod forward;
 mod guard;
 mod ingest;

@@ -44,6 +44,10 @@ outcomes! {
     Queued => "queued",
     /// Slack's signed URL verification, answered with its challenge.
     Challenge => "challenge",
+    /// A verified message for the gateway itself (SNS's subscription handshake), handled.
+    Handshake => "handshake",
+    /// A batch of events (SendGrid), each claimed on its own: the body says what became of each.
+    Batch => "batch",
     /// Processed before, within the TTL: nothing forwarded.
     Duplicate => "duplicate",
     /// Processed before, after its record expired, and rejected by the source's policy.
@@ -112,6 +116,20 @@ outcomes! {
     InvalidEventId => "invalid_event_id",
     /// A body that is not the JSON the route or the scheme needs.
     InvalidJson => "invalid_json",
+    /// A body the scheme authenticates that cannot be read (an SNS message).
+    MalformedBody => "malformed_body",
+    /// A signed token whose claim does not hold (Pub/Sub: `aud`, `iss`, `exp`, ...).
+    BadClaim => "bad_claim",
+    /// A token naming a key the source's JWKS lacks.
+    UnknownKey => "unknown_key",
+    /// A URL in the delivery the source does not trust (SNS's `SigningCertURL`).
+    UntrustedUrl => "untrusted_url",
+    /// A document the signature check needs could not be fetched.
+    DocumentUnavailable => "document_unavailable",
+    /// A fetched document the signature check cannot use.
+    BadDocument => "bad_document",
+    /// An SNS subscription could not be confirmed.
+    ConfirmFailed => "confirm_failed",
     /// A fingerprint that is not 64 hex digits.
     InvalidFingerprint => "invalid_fingerprint",
     /// A lease that is not a whole number of seconds from 1.
@@ -163,6 +181,12 @@ impl Outcome {
             VerifyError::MissingEventId { .. } => Self::MissingEventId,
             VerifyError::InvalidEventId(_) => Self::InvalidEventId,
             VerifyError::InvalidJson(_) => Self::InvalidJson,
+            VerifyError::MalformedBody { .. } => Self::MalformedBody,
+            VerifyError::Claim { .. } => Self::BadClaim,
+            VerifyError::UnknownKey { .. } => Self::UnknownKey,
+            VerifyError::UntrustedUrl { .. } => Self::UntrustedUrl,
+            VerifyError::NeedsDocument { .. } => Self::DocumentUnavailable,
+            VerifyError::BadDocument { .. } => Self::BadDocument,
             _ => Self::Error,
         }
     }

@@ -29,6 +29,10 @@ pub struct Source {
     /// What sends to `forward_url`: built once, with the source's TLS settings (sources with the
     /// same settings share one, and its connection pool).
     pub(crate) client: forward::Client,
+    /// The documents the verifier needs (`pubsub` with a `jwks_url`, `sns`), fetched and kept.
+    pub(crate) documents: Option<crate::documents::Documents>,
+    /// `sns`: what a verified subscription confirmation leads to.
+    pub(crate) sns_subscription: config::SnsSubscription,
     pub forward_timeout: Duration,
     pub mode: Mode,
     /// `[source.dispatch]` (inbox mode).
@@ -416,6 +420,8 @@ fn build_source(
         name: policy.name.clone(),
         forward_url: policy.forward_url.clone(),
         client: clients.get(sc, policy.tls.as_ref())?,
+        documents: documents(sc)?,
+        sns_subscription: sc.sns_subscription.unwrap_or_default(),
         policy,
         verifier,
         forward_timeout: sc.forward_timeout,
@@ -424,4 +430,22 @@ fn build_source(
         on_conflict: sc.on_conflict,
         late_duplicates: sc.late_duplicates,
     })
+}
+
+/// The document cache of a source that fetches (`pubsub` with a `jwks_url`, `sns`), with a client
+/// trusting the system's authorities and `fetch_ca_file`'s.
+fn documents(
+    sc: &SourceConfig,
+) -> Result<Option<crate::documents::Documents>, config::ConfigError> {
+    if !sc.fetches() {
+        return Ok(None);
+    }
+    let client = forward::client(&sc.fetch_tls()).map_err(|e| {
+        let why = match e {
+            idemgate_tls::TlsError::NoRoots => "this machine trusts no certificate authority for the source's fetches: set fetch_ca_file".to_owned(),
+            e => e.to_string(),
+        };
+        sc.invalid("fetch_ca_file", why)
+    })?;
+    Ok(Some(crate::documents::Documents::new(client)))
 }

@@ -300,7 +300,10 @@ pub fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response
 /// (any of the provider schemes, with its secrets and tolerance), takes the event id where the
 /// scheme carries it, and claims `source:id` under `ttl` (the lease: a minute, or the TTL if
 /// shorter), with the body's SHA-256 as the fingerprint. A bad signature is 401, a missing or bad
-/// event id 400, each as a problem.
+/// event id 400, each as a problem. Schemes that need a fetched document (Pub/Sub with a JWKS
+/// URL, SNS) are refused 503 (`document_unavailable`: give Pub/Sub a JWKS document instead), and
+/// SendGrid's batches and SNS's handshakes 501: this layer fetches nothing and claims one event
+/// per request.
 pub fn verified(
     source: SourceName,
     verifier: Verifier,
@@ -315,6 +318,15 @@ pub fn verified(
                 let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
                 Refusal::new(status, e.kind(), crate::ErrorChain(&e).to_string())
             })?;
+        // One claim per request: a batch (SendGrid) or a handshake (SNS) needs the gateway,
+        // which claims each event on its own and answers handshakes.
+        if verified.batch.is_some() || verified.control.is_some() {
+            return Err(Refusal::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "unsupported_delivery",
+                "a batch of events or a subscription handshake: this layer claims one event per request; run the idemgate gateway for this source",
+            ));
+        }
         let key = Key::new(source.clone(), verified.event_id);
         Ok(
             ClaimRequest::new(key, lease, ttl)

@@ -71,6 +71,13 @@ pub enum ConfigError {
         field: &'static str,
         why: &'static str,
     },
+    /// A scheme that verifies with keys it is given otherwise (a JWKS, a certificate URL) was
+    /// given secrets.
+    #[error("the {scheme} scheme takes no secrets: {why}")]
+    SecretsNotTaken {
+        scheme: &'static str,
+        why: &'static str,
+    },
     /// A zero timestamp tolerance would reject every delivery.
     #[error("the timestamp tolerance must be greater than zero")]
     ZeroTolerance,
@@ -109,19 +116,50 @@ pub enum VerifyError {
     /// The event id must come from a JSON body, and the body does not parse.
     #[error("body is not valid JSON")]
     InvalidJson(#[source] serde_json::Error),
+    /// The body is what the scheme authenticates, and it cannot be read (an SNS message that is
+    /// not a JSON object, or lacks a signed field).
+    #[error("malformed body: {why}")]
+    MalformedBody { why: &'static str },
+    /// A signed token's claim does not hold (Pub/Sub: `aud`, `iss`, `exp`, `iat`, `email`).
+    #[error("token claim {claim} refused: {why}")]
+    Claim {
+        claim: &'static str,
+        why: &'static str,
+    },
+    /// No key has the id the delivery names (a JWKS without the token's `kid`). Keys rotate: a
+    /// caller that fetched the keys may fetch them again and retry.
+    #[error("no key has the id {kid:?}")]
+    UnknownKey { kid: String },
+    /// A URL in the delivery that the source does not trust (SNS: not https, or a host outside
+    /// the allowed patterns). Nothing was fetched.
+    #[error("{field}: {why}")]
+    UntrustedUrl { field: &'static str, why: String },
+    /// The document at `url` ([`Verifier::needs`](crate::Verifier::needs)) was not passed in.
+    #[error("the document at {url} is needed to verify this delivery")]
+    NeedsDocument { url: String },
+    /// The document passed in for `url` cannot be used.
+    #[error("the document at {url} cannot be used: {why}")]
+    BadDocument { url: String, why: &'static str },
 }
 
 impl VerifyError {
     /// The HTTP status to answer with: 401 when the sender is not authenticated, 400 when it is but
-    /// the delivery has no usable event id.
+    /// the delivery has no usable event id; 503 when a document the check needs was not passed
+    /// in, 502 when the one fetched cannot be used (the sender should retry either way).
     pub fn status(&self) -> u16 {
         match self {
             Self::MissingHeader { .. }
             | Self::MalformedHeader { .. }
             | Self::BadSignature
             | Self::StaleTimestamp { .. }
-            | Self::FutureTimestamp { .. } => 401,
+            | Self::FutureTimestamp { .. }
+            | Self::MalformedBody { .. }
+            | Self::Claim { .. }
+            | Self::UnknownKey { .. }
+            | Self::UntrustedUrl { .. } => 401,
             Self::MissingEventId { .. } | Self::InvalidEventId(_) | Self::InvalidJson(_) => 400,
+            Self::NeedsDocument { .. } => 503,
+            Self::BadDocument { .. } => 502,
         }
     }
 
@@ -136,6 +174,12 @@ impl VerifyError {
             Self::MissingEventId { .. } => "missing_event_id",
             Self::InvalidEventId(_) => "invalid_event_id",
             Self::InvalidJson(_) => "invalid_json",
+            Self::MalformedBody { .. } => "malformed_body",
+            Self::Claim { .. } => "bad_claim",
+            Self::UnknownKey { .. } => "unknown_key",
+            Self::UntrustedUrl { .. } => "untrusted_url",
+            Self::NeedsDocument { .. } => "document_unavailable",
+            Self::BadDocument { .. } => "bad_document",
         }
     }
 }
@@ -158,4 +202,20 @@ pub enum SignError {
     /// The signing time is before 1970.
     #[error("the signing time is before the Unix epoch")]
     BeforeEpoch,
+    /// The scheme cannot sign with what the verifier holds: a public key verifies but cannot
+    /// sign, and some schemes are signed with keys a verifier never holds.
+    #[error("cannot sign for {scheme}: {why}")]
+    CannotSign {
+        scheme: &'static str,
+        why: &'static str,
+    },
+    /// A signing helper's private key cannot be used.
+    #[error("{scheme}: the signing key cannot be used: {why}")]
+    Key {
+        scheme: &'static str,
+        why: &'static str,
+    },
+    /// A message to sign lacks what the scheme signs.
+    #[error("the message cannot be signed: {why}")]
+    Message { why: String },
 }

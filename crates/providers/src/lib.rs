@@ -43,6 +43,8 @@
 //! replay guard, **not** the retry window: each retry is signed again with a fresh timestamp, and
 //! how long an event id is remembered is set by the source's delivery contract.
 
+mod asym;
+mod der;
 mod error;
 mod generic;
 mod scheme;
@@ -52,8 +54,11 @@ mod verifier;
 
 pub mod github;
 pub mod paddle;
+pub mod pubsub;
+pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
+pub mod sns;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod svix;
@@ -61,6 +66,8 @@ pub mod svix;
 pub use error::{ConfigError, SignError, VerifyError};
 pub use scheme::{Algorithm, Encoding, GenericHmac, KeySource, NoneScheme, Scheme};
 pub use secret::Secret;
-pub use verifier::{Delivery, Verified, Verifier};
+pub use verifier::{
+    BatchEvent, Control, Delivery, Document, DocumentKind, Needed, Verified, Verifier,
+};
 
 pub use idemgate_core::{EventId, KeyError};

@@ -31,11 +31,20 @@ pub enum Scheme {
     GenericHmac(GenericHmac),
     /// No signature: for trusted internal senders. The gateway requires a bearer token instead.
     None(NoneScheme),
+    /// SendGrid's Event Webhook: ECDSA P-256 over timestamp + body; a batch, one event per
+    /// `sg_event_id`.
+    Sendgrid,
+    /// Pub/Sub push with authentication: an RS256 OIDC token; event id: body
+    /// `message.messageId`.
+    Pubsub(crate::pubsub::Pubsub),
+    /// Amazon SNS: an RSA signature over the message's canonical fields with the certificate at
+    /// `SigningCertURL`; event id: body `MessageId`.
+    Sns(crate::sns::Sns),
 }
 
 impl Scheme {
     /// Every configuration name, in the order the README lists them.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 12] = [
         "stripe",
         "github",
         "shopify",
@@ -45,13 +54,18 @@ impl Scheme {
         "paddle",
         "generic-hmac",
         "none",
+        "sendgrid",
+        "pubsub",
+        "sns",
     ];
 
     /// The scheme called `name` in configuration.
     ///
-    /// `generic-hmac` and `none` come back with their settings empty ([`GenericHmac::default`],
-    /// [`NoneScheme::default`]): fill them in before building a [`Verifier`](crate::Verifier),
-    /// which refuses them otherwise.
+    /// `generic-hmac`, `none`, `pubsub` and `sns` come back with their settings empty or default
+    /// ([`GenericHmac::default`], [`NoneScheme::default`], [`Pubsub::default`](crate::pubsub::Pubsub),
+    /// [`Sns::default`](crate::sns::Sns)): fill them in before building a
+    /// [`Verifier`](crate::Verifier), which refuses what cannot work (a `pubsub` without an
+    /// audience).
     ///
     /// # Errors
     /// [`ConfigError::UnknownScheme`] for any other name.
@@ -66,6 +80,9 @@ impl Scheme {
             "paddle" => Self::Paddle,
             "generic-hmac" => Self::GenericHmac(GenericHmac::default()),
             "none" => Self::None(NoneScheme::default()),
+            "sendgrid" => Self::Sendgrid,
+            "pubsub" => Self::Pubsub(crate::pubsub::Pubsub::default()),
+            "sns" => Self::Sns(crate::sns::Sns::default()),
             _ => {
                 return Err(ConfigError::UnknownScheme {
                     name: name.to_owned(),
@@ -86,6 +103,9 @@ impl Scheme {
             Self::Paddle => "paddle",
             Self::GenericHmac(_) => "generic-hmac",
             Self::None(_) => "none",
+            Self::Sendgrid => "sendgrid",
+            Self::Pubsub(_) => "pubsub",
+            Self::Sns(_) => "sns",
         }
     }
 
@@ -93,9 +113,17 @@ impl Scheme {
     pub fn signs_timestamp(&self) -> bool {
         match self {
             Self::Stripe | Self::Slack | Self::StandardWebhooks | Self::Svix | Self::Paddle => true,
+            // A token's iat and exp; SNS's publication time (see the sns module on retries).
+            Self::Sendgrid | Self::Pubsub(_) | Self::Sns(_) => true,
             Self::Github | Self::Shopify | Self::None(_) => false,
             Self::GenericHmac(g) => g.timestamp_header.is_some(),
         }
+    }
+
+    /// Whether a delivery may hold several events, each with its own id (SendGrid's array): see
+    /// [`Verified::batch`](crate::Verified::batch).
+    pub fn is_batch(&self) -> bool {
+        matches!(self, Self::Sendgrid)
     }
 
     /// Whether the scheme checks a signature (all but `none`).
@@ -109,6 +137,8 @@ impl Scheme {
         match self {
             Self::Stripe => Some("/id"),
             Self::Slack | Self::Paddle => Some("/event_id"),
+            Self::Pubsub(_) => Some(crate::pubsub::EVENT_ID_POINTER),
+            Self::Sns(_) => Some(crate::sns::EVENT_ID_POINTER),
             Self::GenericHmac(GenericHmac {
                 event_id: KeySource::JsonPointer(p),
                 ..

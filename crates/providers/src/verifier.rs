@@ -5,21 +5,87 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_core::EventId;
 
+use crate::asym::{PrivateKey, PublicKey};
 use crate::error::{ConfigError, SignError, VerifyError};
 use crate::generic::{Compiled, IdSource};
 use crate::scheme::{Algorithm, Scheme};
 use crate::secret::Secret;
 use crate::standard_webhooks::{self as sw, Names};
 use crate::util::{Keyed, check_fresh, event_id_from_body, event_id_from_header};
-use crate::{github, paddle, shopify, slack, stripe, svix};
+use crate::{github, paddle, pubsub, sendgrid, shopify, slack, sns, stripe, svix};
 
 /// What a verified delivery yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    /// The sender's event id, validated.
+    /// The sender's event id, validated. For a batch, the first event's that has a usable one.
     pub event_id: EventId,
     /// The signed timestamp, for schemes that sign one.
     pub signed_at: Option<SystemTime>,
+    /// For schemes whose delivery is a batch of events ([`Scheme::is_batch`]: SendGrid), every
+    /// event in order, each to be claimed on its own; `None` for a delivery of one event.
+    pub batch: Option<Vec<BatchEvent>>,
+    /// A verified message for the receiver itself rather than an event (SNS's subscription
+    /// handshake); `None` for an event.
+    pub control: Option<Control>,
+}
+
+/// One event of a batch delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchEvent {
+    /// Its position in the batch, from 0.
+    pub index: usize,
+    /// Its own bytes (a JSON object) within the delivery's body.
+    pub span: std::ops::Range<usize>,
+    /// Its id, or why it has none usable (absent, not a string, refused as an
+    /// [`EventId`]). The signature covers the whole batch, so such an event is authentic but
+    /// cannot be deduplicated.
+    pub id: Result<EventId, String>,
+}
+
+/// A verified message addressed to the receiver, not an event to pass on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Control {
+    /// SNS `SubscriptionConfirmation`: visiting `subscribe_url` (already checked against the
+    /// source's allowed hosts) confirms the subscription to `topic_arn`.
+    SnsSubscription {
+        subscribe_url: String,
+        topic_arn: String,
+    },
+    /// SNS `UnsubscribeConfirmation`: the subscription to `topic_arn` was deleted.
+    SnsUnsubscribed { topic_arn: String },
+}
+
+/// A document a delivery's check needs and the caller fetches ([`Verifier::needs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Needed {
+    /// Where: an `https` URL, already checked against the source's rules.
+    pub url: String,
+    /// What it is, for how long a copy may be kept.
+    pub kind: DocumentKind,
+}
+
+/// What a [`Needed`] document is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DocumentKind {
+    /// A JSON Web Key Set (Pub/Sub's signing keys). Rotates: keep it no longer than its
+    /// `Cache-Control: max-age`, and fetch it again when a token names a key it lacks
+    /// ([`VerifyError::UnknownKey`]).
+    Jwks,
+    /// A PEM X.509 certificate (SNS's signing certificate). A URL names one certificate: a copy
+    /// may be kept for long.
+    Certificate,
+}
+
+/// A fetched document passed in with [`Delivery::with_document`].
+#[derive(Debug, Clone, Copy)]
+pub struct Document<'a> {
+    /// The URL it was fetched from ([`Needed::url`]).
+    pub url: &'a str,
+    /// Its bytes.
+    pub bytes: &'a [u8],
 }
 
 /// One delivery as a verifier sees it: what [`Verifier::verify_delivery`] may look at.
@@ -35,6 +101,8 @@ pub struct Delivery<'a> {
     pub body: &'a [u8],
     /// The request target's query string, without the `?` (schemes that sign the full URL).
     pub query: Option<&'a str>,
+    /// The document [`Verifier::needs`] named, fetched by the caller.
+    pub document: Option<Document<'a>>,
 }
 
 impl<'a> Delivery<'a> {
@@ -44,7 +112,15 @@ impl<'a> Delivery<'a> {
             headers,
             body,
             query: None,
+            document: None,
         }
+    }
+
+    /// The same delivery, with the document [`Verifier::needs`] named: its URL and its bytes.
+    #[must_use]
+    pub fn with_document(mut self, url: &'a str, bytes: &'a [u8]) -> Self {
+        self.document = Some(Document { url, bytes });
+        self
     }
 
     /// The same delivery, received at a target with this query string (without the `?`).
@@ -66,6 +142,20 @@ enum Plan {
     Paddle,
     Generic(Box<Compiled>),
     Unsigned(IdSource),
+    Sendgrid,
+    Pubsub(Box<pubsub::Compiled>),
+    Sns(Box<sns::Compiled>),
+}
+
+/// The public-key side of a verifier's secrets.
+#[derive(Debug, Default)]
+struct Asym {
+    /// Keys that verify: Standard Webhooks' `whpk_` (and the public half of `whsk_`), SendGrid's.
+    public: Vec<PublicKey>,
+    /// The first secret, when it is a private key: what [`Verifier::sign`] signs with.
+    signer: Option<Box<PrivateKey>>,
+    /// Whether the first secret is a public or private key rather than an HMAC secret.
+    first: bool,
 }
 
 /// Verifies deliveries for one source: its [`Scheme`], its active secrets (several during
@@ -79,6 +169,7 @@ pub struct Verifier {
     scheme: Scheme,
     plan: Plan,
     keys: Vec<Keyed>,
+    asym: Asym,
     tolerance: Duration,
 }
 
@@ -125,42 +216,78 @@ impl Verifier {
                 Plan::Unsigned(IdSource::compile(&config.event_id, name)?),
                 Algorithm::Sha256,
             ),
+            Scheme::Sendgrid => (Plan::Sendgrid, Algorithm::Sha256),
+            Scheme::Pubsub(config) => (
+                Plan::Pubsub(Box::new(pubsub::Compiled::new(config)?)),
+                Algorithm::Sha256,
+            ),
+            Scheme::Sns(config) => (
+                Plan::Sns(Box::new(sns::Compiled::new(config)?)),
+                Algorithm::Sha256,
+            ),
         };
         match (&plan, secrets.is_empty()) {
             (Plan::Unsigned(_), false) => return Err(ConfigError::SecretsNotAllowed),
-            (Plan::Unsigned(_), true) => {}
+            (Plan::Pubsub(_), false) => {
+                return Err(ConfigError::SecretsNotTaken {
+                    scheme: name,
+                    why: "its tokens are verified with the JWKS's keys",
+                });
+            }
+            (Plan::Sns(_), false) => {
+                return Err(ConfigError::SecretsNotTaken {
+                    scheme: name,
+                    why: "each message is verified with the certificate at its SigningCertURL",
+                });
+            }
+            (Plan::Unsigned(_) | Plan::Pubsub(_) | Plan::Sns(_), true) => {}
             (_, true) => return Err(ConfigError::NoSecrets { scheme: name }),
             (_, false) => {}
         }
-        let decodes = matches!(plan, Plan::StandardWebhooks(_));
-        let keys = secrets
-            .iter()
-            .enumerate()
-            .map(|(index, secret)| {
-                let refuse = |why| ConfigError::Secret {
-                    index,
-                    scheme: name,
-                    why,
-                };
-                let bytes = secret.as_bytes();
-                if bytes.is_empty() {
-                    return Err(refuse("empty"));
+        let mut keys = Vec::new();
+        let mut asym = Asym::default();
+        for (index, secret) in secrets.iter().enumerate() {
+            let refuse = |why| ConfigError::Secret {
+                index,
+                scheme: name,
+                why,
+            };
+            let bytes = secret.as_bytes();
+            if bytes.is_empty() {
+                return Err(refuse("empty"));
+            }
+            if bytes.ends_with(b"\n") || bytes.ends_with(b"\r") {
+                return Err(refuse("ends with a line break (read from a file?)"));
+            }
+            let (public, private) = match &plan {
+                Plan::StandardWebhooks(_) => match sw::decode_key(bytes).map_err(refuse)? {
+                    sw::Key::Hmac(key) => {
+                        keys.push(Keyed::new(algorithm, &key));
+                        continue;
+                    }
+                    sw::Key::Public(public) => (public, None),
+                    sw::Key::Private(private, public) => (public, Some(private)),
+                },
+                Plan::Sendgrid => match sendgrid::Key::parse(bytes).map_err(refuse)? {
+                    sendgrid::Key::Public(public) => (public, None),
+                    sendgrid::Key::Private(private, public) => (public, Some(private)),
+                },
+                _ => {
+                    keys.push(Keyed::new(algorithm, bytes));
+                    continue;
                 }
-                if bytes.ends_with(b"\n") || bytes.ends_with(b"\r") {
-                    return Err(refuse("ends with a line break (read from a file?)"));
-                }
-                if decodes {
-                    let key = sw::decode_secret(bytes).map_err(refuse)?;
-                    Ok(Keyed::new(algorithm, &key))
-                } else {
-                    Ok(Keyed::new(algorithm, bytes))
-                }
-            })
-            .collect::<Result<_, _>>()?;
+            };
+            asym.public.push(public);
+            if index == 0 {
+                asym.first = true;
+                asym.signer = private;
+            }
+        }
         Ok(Self {
             scheme,
             plan,
             keys,
+            asym,
             tolerance,
         })
     }
@@ -175,9 +302,31 @@ impl Verifier {
         self.tolerance
     }
 
-    /// How many secrets are active.
+    /// How many secrets (and public keys) are active.
     pub fn secret_count(&self) -> usize {
-        self.keys.len()
+        self.keys.len() + self.asym.public.len()
+    }
+
+    /// The document this delivery's check needs besides the request, if any: Pub/Sub's JWKS when
+    /// it is configured by URL, SNS's signing certificate (its `SigningCertURL`, checked to be
+    /// `https` on an allowed host before it is named). The caller fetches it (this crate does no
+    /// I/O) and passes it in with [`Delivery::with_document`].
+    ///
+    /// # Errors
+    /// SNS: [`VerifyError::MalformedBody`] when the body is not an SNS message,
+    /// [`VerifyError::UntrustedUrl`] when its certificate URL may not be fetched.
+    pub fn needs(&self, delivery: &Delivery<'_>) -> Result<Option<Needed>, VerifyError> {
+        Ok(match &self.plan {
+            Plan::Pubsub(compiled) => compiled.url.clone().map(|url| Needed {
+                url,
+                kind: DocumentKind::Jwks,
+            }),
+            Plan::Sns(compiled) => Some(Needed {
+                url: compiled.certificate_url(delivery.body)?,
+                kind: DocumentKind::Certificate,
+            }),
+            _ => None,
+        })
     }
 
     /// Checks one delivery: the signature first (constant-time, against every active secret and
@@ -216,6 +365,15 @@ impl Verifier {
     ) -> Result<Verified, VerifyError> {
         let (headers, body) = (delivery.headers, delivery.body);
         let keys = &self.keys;
+        let document = |url: Option<&str>| {
+            delivery
+                .document
+                .filter(|d| url.is_none_or(|u| u == d.url))
+                .map(|d| (d.url, d.bytes))
+        };
+        let mut control = None;
+        // Pub/Sub and SNS check their own times (a token's life, SNS's retries).
+        let mut fresh = false;
         let signed_at = match &self.plan {
             Plan::Stripe => Some(stripe::check(keys, headers, body)?),
             Plan::Github => {
@@ -227,14 +385,31 @@ impl Verifier {
                 None
             }
             Plan::Slack => Some(slack::check(keys, headers, body)?),
-            Plan::StandardWebhooks(names) => Some(sw::check(names, keys, headers, body)?),
+            Plan::StandardWebhooks(names) => {
+                Some(sw::check(names, keys, &self.asym.public, headers, body)?)
+            }
             Plan::Paddle => Some(paddle::check(keys, headers, body)?),
             Plan::Generic(compiled) => compiled.check(keys, headers, body)?,
             Plan::Unsigned(_) => None,
+            Plan::Sendgrid => Some(sendgrid::check(&self.asym.public, headers, body)?),
+            Plan::Pubsub(compiled) => {
+                fresh = true;
+                let doc = document(compiled.url.as_deref()).map(|(_, bytes)| bytes);
+                Some(compiled.check(headers, doc, now, self.tolerance)?)
+            }
+            Plan::Sns(compiled) => {
+                fresh = true;
+                let checked = compiled.check(body, document(None), now, self.tolerance)?;
+                control = checked.control;
+                Some(checked.signed_at)
+            }
         };
-        if let Some(at) = signed_at {
+        if let Some(at) = signed_at
+            && !fresh
+        {
             check_fresh(at, now, self.tolerance)?;
         }
+        let mut batch = None;
         let event_id = match &self.plan {
             Plan::Stripe => event_id_from_body(body, stripe::EVENT_ID_POINTER)?,
             Plan::Github => github::event_id(headers)?,
@@ -244,10 +419,28 @@ impl Verifier {
             Plan::Paddle => event_id_from_body(body, paddle::EVENT_ID_POINTER)?,
             Plan::Generic(compiled) => compiled.event_id.extract(headers, body)?,
             Plan::Unsigned(source) => source.extract(headers, body)?,
+            Plan::Sendgrid => {
+                let events = sendgrid::events(body)?;
+                let first = events
+                    .iter()
+                    .find_map(|e| e.id.as_ref().ok().cloned())
+                    .ok_or_else(|| VerifyError::MissingEventId {
+                        location: format!(
+                            "body: no event of the batch has a usable {}",
+                            sendgrid::EVENT_ID_FIELD
+                        ),
+                    })?;
+                batch = Some(events);
+                first
+            }
+            Plan::Pubsub(_) => event_id_from_body(body, pubsub::EVENT_ID_POINTER)?,
+            Plan::Sns(_) => sns::event_id(body)?,
         };
         Ok(Verified {
             event_id,
             signed_at,
+            batch,
+            control,
         })
     }
 
@@ -276,6 +469,10 @@ impl Verifier {
             .map_err(|_| SignError::BeforeEpoch)?
             .as_secs();
         let mut headers = HeaderMap::new();
+        if let Some(signed) = self.sign_asymmetric(&mut headers, event_id, ts, body) {
+            signed?;
+            return Ok(headers);
+        }
         let Some(key) = self.keys.first() else {
             // `none`: no signature, only the id where the source reads it.
             if let Plan::Unsigned(source) = &self.plan
@@ -347,8 +544,63 @@ impl Verifier {
                 )?;
             }
             Plan::Unsigned(_) => {}
+            // Signed (or refused) by `sign_asymmetric` above.
+            Plan::Sendgrid | Plan::Pubsub(_) | Plan::Sns(_) => {}
         }
         Ok(headers)
+    }
+
+    /// [`sign`](Self::sign) for the schemes and secrets that sign with a private key, or cannot
+    /// sign at all; `None` for the HMAC ones.
+    fn sign_asymmetric(
+        &self,
+        headers: &mut HeaderMap,
+        event_id: &str,
+        ts: u64,
+        body: &[u8],
+    ) -> Option<Result<(), SignError>> {
+        let scheme = self.scheme.name();
+        let cannot = |why| Some(Err(SignError::CannotSign { scheme, why }));
+        match &self.plan {
+            Plan::StandardWebhooks(names) if self.asym.first => {
+                let Some(key) = &self.asym.signer else {
+                    return cannot(
+                        "the first secret is a whpk_ public key, which verifies but cannot sign: put a whsk_ secret key first",
+                    );
+                };
+                Some((|| {
+                    put(headers, &names.id, event_id.to_owned())?;
+                    put(headers, &names.timestamp, ts.to_string())?;
+                    put(
+                        headers,
+                        &names.signature,
+                        sw::sign_v1a_with(key, event_id, ts, body),
+                    )
+                })())
+            }
+            Plan::Sendgrid => {
+                let Some(key) = &self.asym.signer else {
+                    return cannot(
+                        "SendGrid's public key verifies but cannot sign: give a PKCS#8 P-256 private key (base64 DER) as the first secret",
+                    );
+                };
+                Some((|| {
+                    put(headers, &sendgrid::TIMESTAMP_HEADER, ts.to_string())?;
+                    put(
+                        headers,
+                        &sendgrid::SIGNATURE_HEADER,
+                        sendgrid::sign_with(key, ts, body),
+                    )
+                })())
+            }
+            Plan::Pubsub(_) => cannot(
+                "its tokens are Google's, signed with keys a verifier never holds (tests: pubsub::sign_token with a test key and its JWKS)",
+            ),
+            Plan::Sns(_) => cannot(
+                "its messages are AWS's, signed with keys a verifier never holds (tests: sns::sign with a test key and its certificate)",
+            ),
+            _ => None,
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use idemgate_core::{
 };
 use serde::Deserialize;
 
+mod asym;
 mod report;
 mod tls;
 
@@ -311,6 +312,41 @@ pub struct SourceConfig {
     pub event_id_header: Option<String>,
     /// `generic-hmac` and `none`: a JSON pointer to the event id in the body (`/data/id`).
     pub event_id_pointer: Option<String>,
+    /// `pubsub`: the `aud` the push tokens must carry (the subscription's audience). Required.
+    pub audience: Option<String>,
+    /// `pubsub`: the accepted token issuers (default `https://accounts.google.com` and
+    /// `accounts.google.com`).
+    pub issuers: Option<Vec<String>>,
+    /// `pubsub`: the push subscription's service account; when set, the token's `email` must be
+    /// it (and verified).
+    pub service_account: Option<String>,
+    /// `pubsub`: a JWKS file holding the token signing keys (read at start).
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// `pubsub`: an `https://` JWKS URL, fetched and cached (default Google's,
+    /// `https://www.googleapis.com/oauth2/v3/certs`, unless `jwks_file` is set).
+    pub jwks_url: Option<String>,
+    /// `sns`: host patterns `SigningCertURL` and `SubscribeURL` must match (`*` is one DNS label;
+    /// default `sns.*.amazonaws.com` and `sns.*.amazonaws.com.cn`).
+    pub cert_hosts: Option<Vec<String>>,
+    /// `sns`: what to do with a verified `SubscriptionConfirmation`: `log` (default: log its
+    /// `SubscribeURL` for an operator to visit) or `confirm` (visit it at once).
+    pub sns_subscription: Option<SnsSubscription>,
+    /// `pubsub` and `sns`: a PEM file of certificate authorities trusted (besides the system's)
+    /// for the documents the source fetches: the JWKS, SNS certificates and `SubscribeURL`s.
+    pub fetch_ca_file: Option<std::path::PathBuf>,
+}
+
+/// `sns_subscription`: what a verified SNS `SubscriptionConfirmation` leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SnsSubscription {
+    /// Log the `SubscribeURL` (answer 200): an operator confirms by visiting it. Anyone with an
+    /// AWS account can subscribe an endpoint to a topic of theirs, so nothing is confirmed
+    /// unasked.
+    #[default]
+    Log,
+    /// GET the `SubscribeURL` at once (after the host check), then answer 200.
+    Confirm,
 }
 
 fn default_forward_timeout() -> Duration {

@@ -1,0 +1,347 @@
+//! Google Cloud Pub/Sub push subscriptions with authentication: `Authorization: Bearer <JWT>`, an
+//! OpenID Connect token signed by Google (RS256), whose key is found by its `kid` in a JWKS
+//! (Google publishes its keys at [`GOOGLE_JWKS_URL`]).
+//!
+//! Checked, after the signature: `aud` is the configured audience (required: by default Pub/Sub
+//! uses the push endpoint's URL), `iss` is one of the accepted issuers (by default
+//! `https://accounts.google.com` and `accounts.google.com`), `exp` is not past and `iat` not
+//! ahead, each within the tolerance, and, when configured, `email` is the push subscription's
+//! service account with `email_verified` true. The event id is the body's `message.messageId`.
+//!
+//! The JWKS is given at configuration ([`Jwks::Document`]) or fetched by the caller
+//! ([`Jwks::Url`]: [`Verifier::needs`](crate::Verifier::needs) names it, and the caller passes it
+//! in with [`Delivery::with_document`](crate::Delivery::with_document)). A token whose `kid` is
+//! not in the JWKS is [`VerifyError::UnknownKey`]: the caller may fetch the JWKS again (keys
+//! rotate) and retry.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use http::{HeaderMap, HeaderName};
+use serde_json::Value;
+
+use crate::asym::{RsaSigner, rsa_components_verify};
+use crate::error::{ConfigError, SignError, VerifyError};
+use crate::util::{header, malformed};
+
+/// The header carrying the token.
+pub const AUTHORIZATION_HEADER: HeaderName = http::header::AUTHORIZATION;
+/// Where the event id is in the body.
+pub const EVENT_ID_POINTER: &str = "/message/messageId";
+/// Google's OAuth 2.0 signing keys, as a JWKS.
+pub const GOOGLE_JWKS_URL: &str = "https://www.googleapis.com/oauth2/v3/certs";
+/// The longest a token may still be valid for.
+const MAX_LIFETIME: Duration = Duration::from_secs(86_400);
+/// The issuers accepted when none is configured.
+pub const DEFAULT_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
+
+/// Where the keys that sign the tokens are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Jwks {
+    /// A JWKS document given at configuration (read from a file).
+    Document(Vec<u8>),
+    /// A JWKS the caller fetches over HTTPS (and caches).
+    Url(String),
+}
+
+/// The settings of the `pubsub` scheme.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pubsub {
+    /// The `aud` the tokens must carry: the push subscription's audience. Required.
+    pub audience: String,
+    /// The accepted `iss` values; empty means [`DEFAULT_ISSUERS`].
+    pub issuers: Vec<String>,
+    /// The push subscription's service account, if the `email` claim is to be checked.
+    pub email: Option<String>,
+    /// The signing keys.
+    pub jwks: Jwks,
+}
+
+impl Default for Pubsub {
+    fn default() -> Self {
+        Self {
+            audience: String::new(),
+            issuers: Vec::new(),
+            email: None,
+            jwks: Jwks::Url(GOOGLE_JWKS_URL.to_owned()),
+        }
+    }
+}
+
+/// `pubsub`, validated.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    audience: String,
+    issuers: Vec<String>,
+    email: Option<String>,
+    /// The keys, when given at configuration.
+    keys: Option<Vec<Jwk>>,
+    pub(crate) url: Option<String>,
+}
+
+/// One RSA key of a JWKS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Jwk {
+    kid: Option<String>,
+    n: Vec<u8>,
+    e: Vec<u8>,
+}
+
+const URL_SAFE: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+fn b64url(text: &str) -> Option<Vec<u8>> {
+    URL_SAFE.decode(text).ok()
+}
+
+/// The RSA signing keys of a JWKS (`{"keys": [{"kty": "RSA", "kid", "n", "e"}, ..]}`); keys of
+/// other kinds, or meant for encryption, are skipped.
+fn parse_jwks(document: &[u8]) -> Result<Vec<Jwk>, &'static str> {
+    let doc: Value = serde_json::from_slice(document).map_err(|_| "not JSON")?;
+    let keys = doc
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or("not a JWKS: no \"keys\" array")?;
+    let mut out = Vec::new();
+    for key in keys {
+        let text = |name| key.get(name).and_then(Value::as_str);
+        if text("kty") != Some("RSA")
+            || text("use").is_some_and(|u| u != "sig")
+            || text("alg").is_some_and(|a| a != "RS256")
+        {
+            continue;
+        }
+        let (Some(n), Some(e)) = (text("n").and_then(b64url), text("e").and_then(b64url)) else {
+            return Err("an RSA key without a base64url n and e");
+        };
+        out.push(Jwk {
+            kid: text("kid").map(str::to_owned),
+            n,
+            e,
+        });
+    }
+    if out.is_empty() {
+        return Err("holds no RSA signing key");
+    }
+    Ok(out)
+}
+
+impl Compiled {
+    pub(crate) fn new(config: &Pubsub) -> Result<Self, ConfigError> {
+        const SCHEME: &str = "pubsub";
+        if config.audience.trim().is_empty() {
+            return Err(ConfigError::Missing {
+                scheme: SCHEME,
+                field: "audience",
+            });
+        }
+        let issuers = if config.issuers.is_empty() {
+            DEFAULT_ISSUERS.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            config.issuers.clone()
+        };
+        let (keys, url) = match &config.jwks {
+            Jwks::Document(doc) => (
+                Some(parse_jwks(doc).map_err(|why| ConfigError::Setting {
+                    scheme: SCHEME,
+                    field: "jwks",
+                    why,
+                })?),
+                None,
+            ),
+            Jwks::Url(url) => {
+                if !url.starts_with("https://") {
+                    return Err(ConfigError::Setting {
+                        scheme: SCHEME,
+                        field: "jwks_url",
+                        why: "must be an https:// URL",
+                    });
+                }
+                (None, Some(url.clone()))
+            }
+        };
+        Ok(Self {
+            audience: config.audience.clone(),
+            issuers,
+            email: config.email.clone(),
+            keys,
+            url,
+        })
+    }
+
+    /// Checks the token; the signed time is its `iat`.
+    pub(crate) fn check(
+        &self,
+        headers: &HeaderMap,
+        document: Option<&[u8]>,
+        now: SystemTime,
+        tolerance: Duration,
+    ) -> Result<SystemTime, VerifyError> {
+        let name = &AUTHORIZATION_HEADER;
+        let value = header(headers, name)?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or_else(|| malformed(name, "expected Bearer and a token"))?
+            .trim();
+        let mut parts = token.split('.');
+        let (Some(head), Some(payload), Some(sig), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(malformed(
+                name,
+                "the token is not three dot-separated parts",
+            ));
+        };
+        let decode_json = |part: &str| -> Result<Value, VerifyError> {
+            let bytes =
+                b64url(part).ok_or_else(|| malformed(name, "a token part is not base64url"))?;
+            serde_json::from_slice(&bytes).map_err(|_| malformed(name, "a token part is not JSON"))
+        };
+        let head = decode_json(head)?;
+        let signature =
+            b64url(sig).ok_or_else(|| malformed(name, "the token signature is not base64url"))?;
+        if head.get("alg").and_then(Value::as_str) != Some("RS256") {
+            return Err(malformed(name, "the token is not signed with RS256"));
+        }
+        let kid = head.get("kid").and_then(Value::as_str);
+        let fetched;
+        let keys = match (&self.keys, document) {
+            (Some(keys), _) => keys,
+            (None, Some(doc)) => {
+                fetched = parse_jwks(doc).map_err(|why| VerifyError::BadDocument {
+                    url: self.url.clone().unwrap_or_default(),
+                    why,
+                })?;
+                &fetched
+            }
+            (None, None) => {
+                return Err(VerifyError::NeedsDocument {
+                    url: self.url.clone().unwrap_or_default(),
+                });
+            }
+        };
+        let candidates: Vec<&Jwk> = keys
+            .iter()
+            .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
+            .collect();
+        if candidates.is_empty() {
+            return Err(VerifyError::UnknownKey {
+                kid: kid.unwrap_or_default().chars().take(64).collect(),
+            });
+        }
+        let signed = [head_and_payload(token).as_bytes()];
+        if !candidates
+            .iter()
+            .any(|k| rsa_components_verify(&k.n, &k.e, &signed, &signature))
+        {
+            return Err(VerifyError::BadSignature);
+        }
+        let claims = decode_json(payload)?;
+        self.check_claims(&claims, now, tolerance)
+    }
+
+    fn check_claims(
+        &self,
+        claims: &Value,
+        now: SystemTime,
+        tolerance: Duration,
+    ) -> Result<SystemTime, VerifyError> {
+        let claim = |claim, why| VerifyError::Claim { claim, why };
+        let audience_ok = match claims.get("aud") {
+            Some(Value::String(aud)) => *aud == self.audience,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
+            _ => false,
+        };
+        if !audience_ok {
+            return Err(claim("aud", "is not the configured audience"));
+        }
+        let iss = claims.get("iss").and_then(Value::as_str);
+        if !iss.is_some_and(|iss| self.issuers.iter().any(|i| i == iss)) {
+            return Err(claim("iss", "is not an accepted issuer"));
+        }
+        let time = |name| {
+            claims
+                .get(name)
+                .and_then(Value::as_u64)
+                .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+                .ok_or(claim(name, "is missing or not a number of seconds"))
+        };
+        let exp = time("exp")?;
+        let iat = time("iat")?;
+        if now.duration_since(exp).is_ok_and(|past| past > tolerance) {
+            return Err(claim("exp", "the token expired"));
+        }
+        // As google-auth-library: Google's tokens live an hour; one good for over a day is not
+        // Google's.
+        if exp
+            .duration_since(now)
+            .is_ok_and(|ahead| ahead > MAX_LIFETIME)
+        {
+            return Err(claim("exp", "the token expires more than a day ahead"));
+        }
+        if iat.duration_since(now).is_ok_and(|ahead| ahead > tolerance) {
+            return Err(claim("iat", "the token is issued in the future"));
+        }
+        if let Some(email) = &self.email {
+            if claims.get("email").and_then(Value::as_str) != Some(email) {
+                return Err(claim("email", "is not the configured service account"));
+            }
+            if claims.get("email_verified").and_then(Value::as_bool) != Some(true) {
+                return Err(claim("email_verified", "is not true"));
+            }
+        }
+        Ok(iat)
+    }
+}
+
+fn head_and_payload(token: &str) -> &str {
+    token.rsplit_once('.').map_or(token, |(signed, _)| signed)
+}
+
+/// A token Google would send: `claims` (a JSON object: `aud`, `iss`, `iat`, `exp`, `email`, ..)
+/// signed RS256 with a PKCS#8 RSA private key (DER or PEM), with `kid` in its header. Put it in
+/// `Authorization: Bearer <token>`.
+///
+/// For tests and load generation.
+///
+/// # Errors
+/// [`SignError::Key`] when the key is not a PKCS#8 RSA private key.
+pub fn sign_token(private_key: &[u8], kid: &str, claims: &Value) -> Result<String, SignError> {
+    let key = RsaSigner::new(private_key).map_err(|why| SignError::Key {
+        scheme: "pubsub",
+        why,
+    })?;
+    let head = serde_json::json!({"alg": "RS256", "kid": kid, "typ": "JWT"});
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE.encode(head.to_string()),
+        URL_SAFE.encode(claims.to_string())
+    );
+    let signature = key.sign_sha256(signed.as_bytes());
+    Ok(format!("{signed}.{}", URL_SAFE.encode(signature)))
+}
+
+/// A JWKS holding the public half of a PKCS#8 RSA private key (DER or PEM) under `kid`: what
+/// verifies [`sign_token`]'s tokens.
+///
+/// For tests.
+///
+/// # Errors
+/// [`SignError::Key`] when the key is not a PKCS#8 RSA private key.
+pub fn jwks_of(private_key: &[u8], kid: &str) -> Result<String, SignError> {
+    let key = RsaSigner::new(private_key).map_err(|why| SignError::Key {
+        scheme: "pubsub",
+        why,
+    })?;
+    let (n, e) = key.components();
+    Ok(serde_json::json!({"keys": [{
+        "kty": "RSA", "alg": "RS256", "use": "sig", "kid": kid,
+        "n": URL_SAFE.encode(n), "e": URL_SAFE.encode(e),
+    }]})
+    .to_string())
+}
