@@ -367,7 +367,7 @@ pub enum ConfigError {
         "postgres.url: sslmode={value:?} is not an sslmode libpq knows (disable, prefer, require, verify-ca or verify-full)"
     )]
     SslMode { value: String },
-    #[error("postgres.url: {what}")]
+    #[error("postgres.url: does not parse as a PostgreSQL connection URL: {what}")]
     UrlSyntax { what: String },
     #[error(
         "postgres.url says {url_key}={url_value}, but postgres.tls.{settings_key} = {settings_value}; set it in one place"
