@@ -109,6 +109,13 @@ pub enum VerifyError {
     /// The event id must come from a JSON body, and the body does not parse.
     #[error("body is not valid JSON")]
     InvalidJson(#[source] serde_json::Error),
+    /// The scheme carries its signature in the body (Mailgun), and the body holds none that can
+    /// be read. The sender is not authenticated.
+    #[error("malformed body: {why}")]
+    MalformedBody { why: &'static str },
+    /// The `Authorization: Basic` credentials match none of the configured ones (Postmark).
+    #[error("the basic auth credentials match none configured")]
+    BadCredentials,
 }
 
 impl VerifyError {
@@ -120,7 +127,9 @@ impl VerifyError {
             | Self::MalformedHeader { .. }
             | Self::BadSignature
             | Self::StaleTimestamp { .. }
-            | Self::FutureTimestamp { .. } => 401,
+            | Self::FutureTimestamp { .. }
+            | Self::MalformedBody { .. }
+            | Self::BadCredentials => 401,
             Self::MissingEventId { .. } | Self::InvalidEventId(_) | Self::InvalidJson(_) => 400,
         }
     }
@@ -136,6 +145,8 @@ impl VerifyError {
             Self::MissingEventId { .. } => "missing_event_id",
             Self::InvalidEventId(_) => "invalid_event_id",
             Self::InvalidJson(_) => "invalid_json",
+            Self::MalformedBody { .. } => "malformed_body",
+            Self::BadCredentials => "bad_credentials",
         }
     }
 }
@@ -158,4 +169,14 @@ pub enum SignError {
     /// The signing time is before 1970.
     #[error("the signing time is before the Unix epoch")]
     BeforeEpoch,
+    /// The scheme signs more than headers (Mailgun writes its signature into the body):
+    /// [`Verifier::sign`](crate::Verifier::sign) cannot express it.
+    #[error("the {scheme} scheme writes its signature into the body: use Verifier::sign_request")]
+    NeedsRequest { scheme: &'static str },
+    /// The body cannot carry what the scheme signs (Mailgun: not a JSON object).
+    #[error("{scheme}: {why}")]
+    Body {
+        scheme: &'static str,
+        why: &'static str,
+    },
 }
