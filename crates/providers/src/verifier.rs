@@ -486,7 +486,10 @@ impl Verifier {
                 };
                 signed.body = mailgun::signed_body(key, ts, &token, body)?;
             }
-            Plan::Postmark { first, .. } => {
+            Plan::Postmark { first, id, .. } => {
+                if let Some(name) = id.as_ref().and_then(IdSource::header) {
+                    put(headers, name, event_id.to_owned())?;
+                }
                 if let Some(credential) = first {
                     put(
                         headers,
