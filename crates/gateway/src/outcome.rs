@@ -112,6 +112,12 @@ outcomes! {
     InvalidEventId => "invalid_event_id",
     /// A body that is not the JSON the route or the scheme needs.
     InvalidJson => "invalid_json",
+    /// A body that should carry the sender's signature (Mailgun) holds none that can be read.
+    MalformedBody => "malformed_body",
+    /// Basic auth credentials that match none configured (Postmark).
+    BadCredentials => "bad_credentials",
+    /// A connection from an address outside the source's `allow_from`.
+    ForbiddenPeer => "forbidden_peer",
     /// A fingerprint that is not 64 hex digits.
     InvalidFingerprint => "invalid_fingerprint",
     /// A lease that is not a whole number of seconds from 1.
@@ -163,6 +169,8 @@ impl Outcome {
             VerifyError::MissingEventId { .. } => Self::MissingEventId,
             VerifyError::InvalidEventId(_) => Self::InvalidEventId,
             VerifyError::InvalidJson(_) => Self::InvalidJson,
+            VerifyError::MalformedBody { .. } => Self::MalformedBody,
+            VerifyError::BadCredentials => Self::BadCredentials,
             _ => Self::Error,
         }
     }
@@ -224,7 +232,12 @@ mod tests {
 
     #[test]
     fn refusals_match_the_providers_kinds() {
-        let e = VerifyError::BadSignature;
-        assert_eq!(Outcome::of_refusal(&e).as_str(), e.kind());
+        for e in [
+            VerifyError::BadSignature,
+            VerifyError::BadCredentials,
+            VerifyError::MalformedBody { why: "x" },
+        ] {
+            assert_eq!(Outcome::of_refusal(&e).as_str(), e.kind());
+        }
     }
 }
