@@ -155,6 +155,8 @@ impl Scheme {
             Self::Stripe => Some("/id"),
             Self::Slack | Self::Paddle | Self::Square(_) => Some("/event_id"),
             Self::Mailgun(MailgunScheme { event_id: None }) => Some("/signature/token"),
+            // A body without a `RecordType` (an inbound email) is identified by its `MessageID`.
+            Self::Postmark(PostmarkScheme { event_id: None }) => Some("/MessageID"),
             Self::Twilio(TwilioScheme {
                 event_id: Some(KeySource::JsonPointer(p)),
                 ..
