@@ -318,9 +318,18 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
     // Where the event id is, when the source says: at most one of the three keys.
     let configured_id = || {
         let set: Vec<(&'static str, KeySource)> = [
-            ("event_id_header", sc.event_id_header.clone().map(KeySource::Header)),
-            ("event_id_pointer", sc.event_id_pointer.clone().map(KeySource::JsonPointer)),
-            ("event_id_field", sc.event_id_field.clone().map(KeySource::FormField)),
+            (
+                "event_id_header",
+                sc.event_id_header.clone().map(KeySource::Header),
+            ),
+            (
+                "event_id_pointer",
+                sc.event_id_pointer.clone().map(KeySource::JsonPointer),
+            ),
+            (
+                "event_id_field",
+                sc.event_id_field.clone().map(KeySource::FormField),
+            ),
         ]
         .into_iter()
         .filter_map(|(key, source)| Some((key, source?)))
@@ -360,7 +369,10 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
     if sc.signed_url.is_some() && !takes_url {
         return Err(sc.invalid(
             "signed_url",
-            format!("only for provider \"square\" or \"twilio\", not {:?}", sc.provider),
+            format!(
+                "only for provider \"square\" or \"twilio\", not {:?}",
+                sc.provider
+            ),
         ));
     }
     let generic_only = [
@@ -376,15 +388,14 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         ("event_id_pointer", sc.event_id_pointer.is_some()),
         ("event_id_field", sc.event_id_field.is_some()),
     ];
-    let refuse_set = |keys: &[(&'static str, bool)], allowed: &str| {
-        match keys.iter().find(|(_, set)| *set) {
+    let refuse_set =
+        |keys: &[(&'static str, bool)], allowed: &str| match keys.iter().find(|(_, set)| *set) {
             Some((key, _)) => Err(sc.invalid(
                 key,
                 format!("only for provider {allowed}, not {:?}", sc.provider),
             )),
             None => Ok(()),
-        }
-    };
+        };
     let scheme = match sc.provider.as_str() {
         "generic-hmac" => Scheme::GenericHmac(GenericHmac {
             header: sc.signature_header.clone().ok_or_else(|| {
@@ -460,8 +471,14 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         .collect();
     Verifier::new(scheme, secrets, sc.tolerance()).map_err(|e| {
         let key = match e {
-            idemgate_providers::ConfigError::Setting { field: "signed_url", .. }
-            | idemgate_providers::ConfigError::Missing { field: "signed_url", .. } => "signed_url",
+            idemgate_providers::ConfigError::Setting {
+                field: "signed_url",
+                ..
+            }
+            | idemgate_providers::ConfigError::Missing {
+                field: "signed_url",
+                ..
+            } => "signed_url",
             idemgate_providers::ConfigError::ZeroTolerance => "tolerance",
             _ => "secrets",
         };

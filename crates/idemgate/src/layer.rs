@@ -309,8 +309,8 @@ pub fn verified(
 {
     let lease = Duration::from_secs(60).min(ttl);
     move |parts, body| {
-        let delivery = idemgate_providers::Delivery::new(&parts.headers, body)
-            .with_query(parts.uri.query());
+        let delivery =
+            idemgate_providers::Delivery::new(&parts.headers, body).with_query(parts.uri.query());
         let verified = verifier
             .verify_delivery(&delivery, SystemTime::now())
             .map_err(|e| {

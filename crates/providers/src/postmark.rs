@@ -19,8 +19,8 @@
 //! Any other `RecordType` is a 400 `missing_event_id` naming it; a source can read the id
 //! elsewhere instead ([`PostmarkScheme::event_id`](crate::PostmarkScheme)).
 
-use http::header::AUTHORIZATION;
 use http::HeaderMap;
+use http::header::AUTHORIZATION;
 use idemgate_core::EventId;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

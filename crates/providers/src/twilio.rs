@@ -6,7 +6,9 @@
 //!
 //! - **form bodies** (`application/x-www-form-urlencoded`, what Twilio sends for SMS, voice and
 //!   most status callbacks): each parameter's name and value, sorted by name, appended without
-//!   separators; a name sent several times contributes each distinct value, sorted;
+//!   separators; a name sent several times contributes each distinct value, sorted. So the
+//!   form's distinct parameters are signed, not its bytes: a pair sent twice counts once, and
+//!   `%48i` reads as `Hi`, as Twilio's SDK checks it;
 //! - **other bodies** (JSON): nothing; Twilio instead adds `bodySHA256=<hex SHA-256 of the body>`
 //!   to the URL's query, which is signed with the URL, and the body must hash to it. A request
 //!   whose query has `bodySHA256` is checked this way, any other as a form.
@@ -117,7 +119,14 @@ impl SignedUrl {
 ///
 /// For tests and load generation.
 pub fn sign_form(auth_token: &[u8], url: &str, body: &[u8]) -> String {
-    base64_encode(&mac(&Keyed::new(crate::Algorithm::Sha1, auth_token), &[url.as_bytes()], Some(body)).finalize())
+    base64_encode(
+        &mac(
+            &Keyed::new(crate::Algorithm::Sha1, auth_token),
+            &[url.as_bytes()],
+            Some(body),
+        )
+        .finalize(),
+    )
 }
 
 /// The query parameter (`bodySHA256=<hex>`) Twilio adds to the URL for a body that is not a form.
@@ -130,7 +139,14 @@ pub fn body_sha256_param(body: &[u8]) -> String {
 ///
 /// For tests and load generation.
 pub fn sign_url(auth_token: &[u8], url: &str) -> String {
-    base64_encode(&mac(&Keyed::new(crate::Algorithm::Sha1, auth_token), &[url.as_bytes()], None).finalize())
+    base64_encode(
+        &mac(
+            &Keyed::new(crate::Algorithm::Sha1, auth_token),
+            &[url.as_bytes()],
+            None,
+        )
+        .finalize(),
+    )
 }
 
 /// What [`sign_with`] produces: the signature, and the query the request must carry.
@@ -181,11 +197,13 @@ fn sorted_params(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// The first value of the query parameter `name`, as written (Twilio's hex needs no decoding).
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
-    query.split('&').find_map(|pair| match pair.split_once('=') {
-        Some((n, v)) if n == name => Some(v),
-        None if pair == name => Some(""),
-        _ => None,
-    })
+    query
+        .split('&')
+        .find_map(|pair| match pair.split_once('=') {
+            Some((n, v)) if n == name => Some(v),
+            None if pair == name => Some(""),
+            _ => None,
+        })
 }
 
 pub(crate) fn check(

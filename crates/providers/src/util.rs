@@ -356,16 +356,14 @@ pub(crate) fn form_decode(text: &[u8]) -> Vec<u8> {
     while i < text.len() {
         match text[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < text.len() => {
-                match (hex(text[i + 1]), hex(text[i + 2])) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(hi << 4 | lo);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < text.len() => match (hex(text[i + 1]), hex(text[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 3;
+                    continue;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;

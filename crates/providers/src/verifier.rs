@@ -450,7 +450,11 @@ impl Verifier {
                 if let Some(name) = compiled.timestamp_header() {
                     put(headers, name, ts.to_string())?;
                 }
-                put(headers, compiled.header(), compiled.sign_with(key, ts, body))?;
+                put(
+                    headers,
+                    compiled.header(),
+                    compiled.sign_with(key, ts, body),
+                )?;
             }
             Plan::Unsigned(_) => {}
             Plan::Square(url) => put(

@@ -4,7 +4,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
-use idemgate_providers::{KeySource, MailgunScheme, Scheme, Secret, Verifier, VerifyError, mailgun};
+use idemgate_providers::{
+    KeySource, MailgunScheme, Scheme, Secret, Verifier, VerifyError, mailgun,
+};
 use serde_json::{Value, json};
 
 const KEY: &str = "key-7e55d003b4e2d4ea1e4b7da3c1d0d4f1";
@@ -28,7 +30,11 @@ fn verifier(secrets: &[&str]) -> Verifier {
     verifier_with(secrets, None, Verifier::DEFAULT_TOLERANCE)
 }
 
-fn verify(v: &Verifier, body: &[u8], now: u64) -> Result<idemgate_providers::Verified, VerifyError> {
+fn verify(
+    v: &Verifier,
+    body: &[u8],
+    now: u64,
+) -> Result<idemgate_providers::Verified, VerifyError> {
     v.verify(&HeaderMap::new(), body, at(now))
 }
 
@@ -49,9 +55,14 @@ fn the_vectors_the_sdk_accepts_verify_and_the_others_do_not() {
         let result = verify(&v, body, ts);
         if vector["valid"].as_bool().unwrap() {
             let ok = result.unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(ok.event_id.as_str(), vector["token"].as_str().unwrap(), "{name}");
+            assert_eq!(
+                ok.event_id.as_str(),
+                vector["token"].as_str().unwrap(),
+                "{name}"
+            );
             assert_eq!(ok.signed_at, Some(at(ts)), "{name}");
-            let signature: Value = serde_json::from_slice::<Value>(body).unwrap()["signature"].clone();
+            let signature: Value =
+                serde_json::from_slice::<Value>(body).unwrap()["signature"].clone();
             assert_eq!(
                 mailgun::sign(KEY.as_bytes(), ts, vector["token"].as_str().unwrap()),
                 signature["signature"].as_str().unwrap()
@@ -80,7 +91,10 @@ fn signing_writes_the_block_into_the_body_and_the_token_is_the_event_id() {
     assert_eq!(doc["signature"]["timestamp"], json!(NOW.to_string()));
     assert_eq!(doc["event-data"]["id"], "CPgfbmQMTCKtHW6uIWtuVe");
     let ok = verify(&v, &signed.body, NOW).unwrap();
-    assert_eq!((ok.event_id.as_str(), ok.signed_at), (token.as_str(), Some(at(NOW))));
+    assert_eq!(
+        (ok.event_id.as_str(), ok.signed_at),
+        (token.as_str(), Some(at(NOW)))
+    );
 
     // Rotation, and a subaccount's parent-signature: either key may match either field.
     let old = verifier(&["key-previous"])
@@ -93,12 +107,20 @@ fn signing_writes_the_block_into_the_body_and_the_token_is_the_event_id() {
     assert!(verify(&v, &serde_json::to_vec(&parent).unwrap(), NOW).is_ok());
 
     // A wrong key.
-    let wrong = verifier(&["key-wrong"]).sign_request(&token, at(NOW), &body, None).unwrap();
-    assert_eq!(verify(&v, &wrong.body, NOW).unwrap_err().kind(), "bad_signature");
+    let wrong = verifier(&["key-wrong"])
+        .sign_request(&token, at(NOW), &body, None)
+        .unwrap();
+    assert_eq!(
+        verify(&v, &wrong.body, NOW).unwrap_err().kind(),
+        "bad_signature"
+    );
 
     // A body that is not an object cannot carry it.
     let err = v.sign_request(&token, at(NOW), b"[1]", None).unwrap_err();
-    assert_eq!(err.to_string(), "mailgun: the body must be a JSON object to carry the signature");
+    assert_eq!(
+        err.to_string(),
+        "mailgun: the body must be a JSON object to carry the signature"
+    );
 }
 
 #[test]
@@ -109,7 +131,12 @@ fn event_data_is_not_signed_so_the_token_must_stay_the_key() {
     let v = verifier(&[KEY]);
     let token = "r".repeat(50);
     let signed = v
-        .sign_request(&token, at(NOW), &serde_json::to_vec(&event(&token)).unwrap(), None)
+        .sign_request(
+            &token,
+            at(NOW),
+            &serde_json::to_vec(&event(&token)).unwrap(),
+            None,
+        )
         .unwrap();
     let mut doc: Value = serde_json::from_slice(&signed.body).unwrap();
     doc["event-data"]["event"] = json!("failed");
@@ -123,9 +150,15 @@ fn the_tolerance_applies_to_the_signed_timestamp() {
     let v = verifier(&[KEY]);
     let signed = v.sign_request("tok-1", at(NOW), b"{}", None).unwrap();
     let late = NOW + Verifier::DEFAULT_TOLERANCE.as_secs() + 1;
-    assert_eq!(verify(&v, &signed.body, late).unwrap_err().kind(), "stale_timestamp");
+    assert_eq!(
+        verify(&v, &signed.body, late).unwrap_err().kind(),
+        "stale_timestamp"
+    );
     let early = NOW - Verifier::DEFAULT_TOLERANCE.as_secs() - 1;
-    assert_eq!(verify(&v, &signed.body, early).unwrap_err().kind(), "future_timestamp");
+    assert_eq!(
+        verify(&v, &signed.body, early).unwrap_err().kind(),
+        "future_timestamp"
+    );
     // A retry resends the first attempt's block hours later: a tolerance that covers Mailgun's
     // 8-hour retry window accepts it.
     let lenient = verifier_with(&[KEY], None, HOURS_9);
@@ -134,7 +167,9 @@ fn the_tolerance_applies_to_the_signed_timestamp() {
     let mut doc: Value = serde_json::from_slice(&signed.body).unwrap();
     doc["signature"]["timestamp"] = json!((NOW + 60).to_string());
     assert_eq!(
-        verify(&v, &serde_json::to_vec(&doc).unwrap(), NOW).unwrap_err().kind(),
+        verify(&v, &serde_json::to_vec(&doc).unwrap(), NOW)
+            .unwrap_err()
+            .kind(),
         "bad_signature"
     );
 }
@@ -189,5 +224,18 @@ fn the_event_id_may_be_the_event_data_id() {
     let signed = v.sign_request("ignored", at(NOW), &body, None).unwrap();
     let doc: Value = serde_json::from_slice(&signed.body).unwrap();
     assert_eq!(doc["signature"]["token"].as_str().unwrap().len(), 50);
-    assert_eq!(verify(&v, &signed.body, NOW).unwrap().event_id.as_str(), "CPgfbmQMTCKtHW6uIWtuVe");
+    assert_eq!(
+        verify(&v, &signed.body, NOW).unwrap().event_id.as_str(),
+        "CPgfbmQMTCKtHW6uIWtuVe"
+    );
+}
+
+/// Found by the `verify` fuzz target: a delivery signed with an empty token was refused as
+/// unsigned (401) instead of as a bad event id (400).
+#[test]
+fn an_empty_token_is_signed_and_then_refused_as_an_event_id() {
+    let v = verifier(&[KEY]);
+    let signed = v.sign_request("", at(NOW), b"{}", None).unwrap();
+    let err = verify(&v, &signed.body, NOW).unwrap_err();
+    assert_eq!((err.status(), err.kind()), (400, "invalid_event_id"));
 }

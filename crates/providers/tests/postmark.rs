@@ -29,7 +29,8 @@ fn auth(value: &str) -> HeaderMap {
     h
 }
 
-const INBOUND: &str = r#"{"From":"a@example.com","MessageID":"22c74902-a0c1-4511-804f-341342852c90","Subject":"Hi"}"#;
+const INBOUND: &str =
+    r#"{"From":"a@example.com","MessageID":"22c74902-a0c1-4511-804f-341342852c90","Subject":"Hi"}"#;
 
 #[test]
 fn credentials_are_checked_whole_and_either_of_two_may_match() {
@@ -41,12 +42,12 @@ fn credentials_are_checked_whole_and_either_of_two_may_match() {
         "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
     );
     let signed = v.sign("ignored", at(NOW), body).unwrap();
-    assert_eq!(
-        signed[AUTHORIZATION],
-        "Basic cG9zdG1hcms6Y3VycmVudC1wYXNz"
-    );
+    assert_eq!(signed[AUTHORIZATION], "Basic cG9zdG1hcms6Y3VycmVudC1wYXNz");
     let ok = v.verify(&signed, body, at(NOW)).unwrap();
-    assert_eq!((ok.event_id.as_str(), ok.signed_at), ("22c74902-a0c1-4511-804f-341342852c90", None));
+    assert_eq!(
+        (ok.event_id.as_str(), ok.signed_at),
+        ("22c74902-a0c1-4511-804f-341342852c90", None)
+    );
     // Rotation; the scheme word in any case; padding optional.
     for value in [
         "Basic cG9zdG1hcms6cHJldmlvdXMtcGFzcw==",
@@ -57,7 +58,10 @@ fn credentials_are_checked_whole_and_either_of_two_may_match() {
     }
     // Nothing is signed: neither the body nor a time.
     assert!(!v.scheme().signs_body() && !v.scheme().signs_timestamp());
-    assert!(v.verify(&signed, br#"{"MessageID":"other"}"#, at(NOW + 86_400)).is_ok());
+    assert!(
+        v.verify(&signed, br#"{"MessageID":"other"}"#, at(NOW + 86_400))
+            .is_ok()
+    );
 
     // Wrong, partial or extended credentials.
     for wrong in [
@@ -70,16 +74,30 @@ fn credentials_are_checked_whole_and_either_of_two_may_match() {
     ] {
         let value = postmark::authorization(wrong.as_bytes());
         let err = v.verify(&auth(&value), body, at(NOW)).unwrap_err();
-        let expected = if wrong.is_empty() { "malformed_header" } else { "bad_credentials" };
+        let expected = if wrong.is_empty() {
+            "malformed_header"
+        } else {
+            "bad_credentials"
+        };
         assert_eq!((err.status(), err.kind()), (401, expected), "{wrong:?}");
     }
-    let err = v.verify(&auth("Basic cG9zdG1hcms6d3Jvbmc="), body, at(NOW)).unwrap_err();
-    assert_eq!(err.to_string(), "the basic auth credentials match none configured");
+    let err = v
+        .verify(&auth("Basic cG9zdG1hcms6d3Jvbmc="), body, at(NOW))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the basic auth credentials match none configured"
+    );
 
     // Missing and malformed headers.
     let err = v.verify(&HeaderMap::new(), body, at(NOW)).unwrap_err();
     assert_eq!(err.to_string(), "missing header authorization");
-    for bad in ["Bearer cG9zdG1hcms6Y3VycmVudC1wYXNz", "Basic", "Basic !!!", "cG9zdG1hcms6"] {
+    for bad in [
+        "Bearer cG9zdG1hcms6Y3VycmVudC1wYXNz",
+        "Basic",
+        "Basic !!!",
+        "cG9zdG1hcms6",
+    ] {
         let err = v.verify(&auth(bad), body, at(NOW)).unwrap_err();
         assert_eq!(err.kind(), "malformed_header", "{bad}");
     }
@@ -103,7 +121,10 @@ fn secrets_must_be_user_and_password() {
         Verifier::DEFAULT_TOLERANCE,
     )
     .unwrap_err();
-    assert_eq!(err.to_string(), "the postmark scheme needs at least one secret");
+    assert_eq!(
+        err.to_string(),
+        "the postmark scheme needs at least one secret"
+    );
 }
 
 #[test]
@@ -116,8 +137,14 @@ fn the_event_id_follows_the_record_type() {
             .map_err(|e| (e.status(), e.kind(), e.to_string()))
     };
     let m = "883953f4-6105-42a2-a16a-77a8eac79483";
-    assert_eq!(id(json!({"RecordType": "Bounce", "ID": 4323372036854775807_u64, "MessageID": m})).unwrap(), "Bounce:4323372036854775807");
-    assert_eq!(id(json!({"RecordType": "SpamComplaint", "ID": 42, "MessageID": m})).unwrap(), "SpamComplaint:42");
+    assert_eq!(
+        id(json!({"RecordType": "Bounce", "ID": 4323372036854775807_u64, "MessageID": m})).unwrap(),
+        "Bounce:4323372036854775807"
+    );
+    assert_eq!(
+        id(json!({"RecordType": "SpamComplaint", "ID": 42, "MessageID": m})).unwrap(),
+        "SpamComplaint:42"
+    );
     assert_eq!(
         id(json!({"RecordType": "Delivery", "MessageID": m, "Recipient": "john@example.com", "DeliveredAt": "2026-11-05T16:33:54Z"})).unwrap(),
         format!("Delivery:{m}:john@example.com")
@@ -134,10 +161,20 @@ fn the_event_id_follows_the_record_type() {
         id(json!({"RecordType": "SubscriptionChange", "MessageID": m, "Recipient": "john@example.com", "ChangedAt": "2026-11-05T16:35:00Z"})).unwrap(),
         format!("SubscriptionChange:{m}:john@example.com:2026-11-05T16:35:00Z")
     );
-    assert_eq!(id(json!({"RecordType": "Inbound", "MessageID": m})).unwrap(), m);
+    assert_eq!(
+        id(json!({"RecordType": "Inbound", "MessageID": m})).unwrap(),
+        m
+    );
     // A delivery without its recipient, an unknown record type, a body that is not JSON.
     let err = id(json!({"RecordType": "Delivery", "MessageID": m})).unwrap_err();
-    assert_eq!(err, (400, "missing_event_id", "no event id in body Recipient".to_owned()));
+    assert_eq!(
+        err,
+        (
+            400,
+            "missing_event_id",
+            "no event id in body Recipient".to_owned()
+        )
+    );
     let err = id(json!({"RecordType": "Transmogrified", "MessageID": m})).unwrap_err();
     assert_eq!((err.0, err.1), (400, "missing_event_id"));
     assert!(err.2.contains("\"Transmogrified\""), "{}", err.2);
@@ -157,5 +194,11 @@ fn the_event_id_may_be_read_elsewhere() {
     .unwrap();
     let headers = v.sign("dlv-7", at(NOW), b"{}").unwrap();
     assert_eq!(headers["x-delivery-id"], "dlv-7");
-    assert_eq!(v.verify(&headers, b"{}", at(NOW)).unwrap().event_id.as_str(), "dlv-7");
+    assert_eq!(
+        v.verify(&headers, b"{}", at(NOW))
+            .unwrap()
+            .event_id
+            .as_str(),
+        "dlv-7"
+    );
 }

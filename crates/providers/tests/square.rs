@@ -83,7 +83,11 @@ fn the_sdk_vectors_verify_and_the_tampered_ones_do_not() {
             );
         } else {
             let err = result.unwrap_err();
-            assert!(matches!(err, VerifyError::BadSignature), "{}: {err:?}", v.name);
+            assert!(
+                matches!(err, VerifyError::BadSignature),
+                "{}: {err:?}",
+                v.name
+            );
         }
     }
 }
@@ -93,18 +97,28 @@ fn refusals_rotation_and_the_event_id() {
     let v = verifier(URL, &["current-key", "previous-key"]);
     let body = br#"{"event_id":"ev-1","type":"payment.created"}"#;
     let good = v.sign("ignored", at(NOW), body).unwrap();
-    assert_eq!(v.verify(&good, body, at(NOW)).unwrap().event_id.as_str(), "ev-1");
+    assert_eq!(
+        v.verify(&good, body, at(NOW)).unwrap().event_id.as_str(),
+        "ev-1"
+    );
     // No timestamp is signed: a day later it still verifies.
     assert!(v.verify(&good, body, at(NOW + 86_400)).is_ok());
 
     // Rotation: the previous key still verifies.
-    let old = verifier(URL, &["previous-key"]).sign("", at(NOW), body).unwrap();
+    let old = verifier(URL, &["previous-key"])
+        .sign("", at(NOW), body)
+        .unwrap();
     assert!(v.verify(&old, body, at(NOW)).is_ok());
 
     // Tampered body, wrong key, another URL.
     let kind = |h: &HeaderMap, b: &[u8]| v.verify(h, b, at(NOW)).unwrap_err().kind();
-    assert_eq!(kind(&good, br#"{"event_id":"ev-2","type":"payment.created"}"#), "bad_signature");
-    let wrong = verifier(URL, &["wrong-key"]).sign("", at(NOW), body).unwrap();
+    assert_eq!(
+        kind(&good, br#"{"event_id":"ev-2","type":"payment.created"}"#),
+        "bad_signature"
+    );
+    let wrong = verifier(URL, &["wrong-key"])
+        .sign("", at(NOW), body)
+        .unwrap();
     assert_eq!(kind(&wrong, body), "bad_signature");
     let elsewhere = verifier("https://example.com/other", &["current-key"])
         .sign("", at(NOW), body)
@@ -131,7 +145,10 @@ fn refusals_rotation_and_the_event_id() {
 fn a_source_needs_an_absolute_notification_url() {
     for (url, why) in [
         ("", "square: signed_url is required"),
-        ("example.com/hook", "must be an absolute http:// or https:// URL"),
+        (
+            "example.com/hook",
+            "must be an absolute http:// or https:// URL",
+        ),
         ("https:///hook", "has no host"),
         ("https://example.com/a b", "whitespace"),
     ] {

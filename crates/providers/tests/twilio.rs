@@ -66,7 +66,12 @@ fn the_sdk_vectors_verify_and_the_tampered_ones_do_not() {
         let name = text("name");
         let v = verifier_with(text("signed_url"), &[text("auth_token")], None);
         let query = vector["query"].as_str();
-        let result = check(&v, &with_token(text("signature")), text("body").as_bytes(), query);
+        let result = check(
+            &v,
+            &with_token(text("signature")),
+            text("body").as_bytes(),
+            query,
+        );
         if vector["valid"].as_bool().unwrap() {
             let ok = result.unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(ok.event_id.as_str(), "idem-1", "{name}");
@@ -121,7 +126,9 @@ fn form_and_json_deliveries_round_trip_and_tampering_is_refused() {
     }
     // A query the request did not carry when signed.
     assert_eq!(
-        check(&v, &form.headers, BODY, Some("x=1")).unwrap_err().kind(),
+        check(&v, &form.headers, BODY, Some("x=1"))
+            .unwrap_err()
+            .kind(),
         "bad_signature"
     );
 
@@ -133,15 +140,25 @@ fn form_and_json_deliveries_round_trip_and_tampering_is_refused() {
     let query = json.query.clone().unwrap();
     assert!(query.starts_with("bodySHA256="), "{query}");
     assert!(check(&v, &json.headers, body, Some(&query)).is_ok());
-    let err = check(&v, &json.headers, br#"{"event":"status","sid":"SM124"}"#, Some(&query))
-        .unwrap_err();
+    let err = check(
+        &v,
+        &json.headers,
+        br#"{"event":"status","sid":"SM124"}"#,
+        Some(&query),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::BadSignature), "{err:?}");
     // Without the query, the body is read as a form and the signature does not match.
-    assert_eq!(check(&v, &json.headers, body, None).unwrap_err().kind(), "bad_signature");
+    assert_eq!(
+        check(&v, &json.headers, body, None).unwrap_err().kind(),
+        "bad_signature"
+    );
     // A hash swapped for the tampered body's breaks the signature over the URL.
     let swapped = twilio::body_sha256_param(b"{}");
     assert_eq!(
-        check(&v, &json.headers, b"{}", Some(&swapped)).unwrap_err().kind(),
+        check(&v, &json.headers, b"{}", Some(&swapped))
+            .unwrap_err()
+            .kind(),
         "bad_signature"
     );
 
@@ -150,8 +167,13 @@ fn form_and_json_deliveries_round_trip_and_tampering_is_refused() {
         .sign_request("idem-form", at(NOW), BODY, Some(FORM))
         .unwrap();
     assert!(check(&v, &old.headers, BODY, None).is_ok());
-    let wrong = verifier(&["wrong-token"]).sign("idem-form", at(NOW), BODY).unwrap();
-    assert_eq!(check(&v, &wrong, BODY, None).unwrap_err().kind(), "bad_signature");
+    let wrong = verifier(&["wrong-token"])
+        .sign("idem-form", at(NOW), BODY)
+        .unwrap();
+    assert_eq!(
+        check(&v, &wrong, BODY, None).unwrap_err().kind(),
+        "bad_signature"
+    );
 }
 
 #[test]
@@ -164,20 +186,29 @@ fn bad_headers_and_missing_event_ids() {
     assert_eq!(err.to_string(), "missing header x-twilio-signature");
     let mut garbled = good.clone();
     garbled.insert(twilio::SIGNATURE_HEADER, HeaderValue::from_static("%%%"));
-    assert_eq!(check(&v, &garbled, BODY, None).unwrap_err().kind(), "malformed_header");
+    assert_eq!(
+        check(&v, &garbled, BODY, None).unwrap_err().kind(),
+        "malformed_header"
+    );
     let mut binary = good.clone();
     binary.insert(
         twilio::SIGNATURE_HEADER,
         HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
     );
-    assert_eq!(check(&v, &binary, BODY, None).unwrap_err().kind(), "malformed_header");
+    assert_eq!(
+        check(&v, &binary, BODY, None).unwrap_err().kind(),
+        "malformed_header"
+    );
 
     // Signed, but without Twilio's idempotency token: 400 naming the header.
     let mut no_token = good.clone();
     no_token.remove(twilio::IDEMPOTENCY_TOKEN_HEADER);
     let err = check(&v, &no_token, BODY, None).unwrap_err();
     assert_eq!(err.status(), 400);
-    assert_eq!(err.to_string(), "no event id in header i-twilio-idempotency-token");
+    assert_eq!(
+        err.to_string(),
+        "no event id in header i-twilio-idempotency-token"
+    );
 }
 
 #[test]
@@ -189,7 +220,10 @@ fn the_event_id_may_come_from_a_form_field() {
     );
     let h = v.sign("ignored", at(NOW), BODY).unwrap();
     assert!(!h.contains_key(twilio::IDEMPOTENCY_TOKEN_HEADER));
-    assert_eq!(check(&v, &h, BODY, None).unwrap().event_id.as_str(), "SM123");
+    assert_eq!(
+        check(&v, &h, BODY, None).unwrap().event_id.as_str(),
+        "SM123"
+    );
     let without = b"From=%2B14158141829";
     let h = v.sign("ignored", at(NOW), without).unwrap();
     let err = check(&v, &h, without, None).unwrap_err();
@@ -208,7 +242,10 @@ fn ports_are_tried_with_and_without_the_default() {
     ] {
         let v = verifier_with(configured, &["token"], None);
         let h = with_token(&twilio::sign_form(b"token", signed_as, body));
-        assert!(check(&v, &h, body, None).is_ok(), "{configured} / {signed_as}");
+        assert!(
+            check(&v, &h, body, None).is_ok(),
+            "{configured} / {signed_as}"
+        );
     }
 }
 
@@ -232,4 +269,23 @@ fn a_source_needs_a_url_without_query_or_fragment() {
         .unwrap_err();
         assert!(err.to_string().contains(why), "{url:?}: {err}");
     }
+}
+
+/// Found by the `verify` fuzz target, and kept as Twilio's SDK has it: a form's distinct
+/// parameters are signed, not its bytes, so a pair sent twice counts once and another encoding of
+/// the same parameter verifies; a changed value never does.
+#[test]
+fn a_form_is_signed_by_its_distinct_parameters() {
+    let v = verifier(&["token"]);
+    let body = b"Body=Hi&Body=Hi&Sid=SM1";
+    let h = v.sign("idem-1", at(NOW), body).unwrap();
+    for same in [&b"Body=Hi&Sid=SM1"[..], b"Sid=SM1&Body=%48i&Body=Hi&&"] {
+        assert!(
+            check(&v, &h, same, None).is_ok(),
+            "{}",
+            String::from_utf8_lossy(same)
+        );
+    }
+    let err = check(&v, &h, b"Body=Hi&Body=Ho&Sid=SM1", None).unwrap_err();
+    assert!(matches!(err, VerifyError::BadSignature), "{err:?}");
 }
