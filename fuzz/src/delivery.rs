@@ -23,26 +23,32 @@
 //! | `@sign ID [SECS]` | adds the headers `Verifier::sign(ID, SECS or now, body)` writes |
 //! | `@set Name: value` / `@drop Name` | replaces / removes a header (after a `@sign`, say) |
 //! | `@header`, `@encoding`, `@prefix`, `@algorithm`, `@timestamp-header`, `@signed-payload` | `generic-hmac` settings |
-//! | `@id-header NAME` / `@id-pointer /json/pointer` | where `generic-hmac` and `none` read the event id |
+//! | `@id-header NAME` / `@id-pointer /json/pointer` / `@id-field NAME` | where `generic-hmac`, `none`, `twilio`, `mailgun` and `postmark` read the event id |
+//! | `@signed-url URL` | `square` and `twilio`: the configured URL (default `https://fuzz.example/hook`) |
+//! | `@query TEXT` | the request's query string (Twilio signs it); a `@sign` that makes one replaces it |
+//! | `@content-type TYPE` | the body's type for `@sign` (Twilio signs a form by its parameters) |
 //!
 //! Lines that are neither are ignored, so that mutations keep most of an input meaningful.
 //! `@sign` lets the fuzzer start from a correctly signed delivery of whatever body it made and
-//! change it from there, so it explores beyond "bad signature".
+//! change it from there, so it explores beyond "bad signature". (A Mailgun `@sign` rewrites the
+//! body, which carries its signature.)
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_providers::pubsub::{Jwks, Pubsub};
 use idemgate_providers::{
-    Delivery, GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verifier, VerifyError,
+    Delivery, GenericHmac, KeySource, MailgunScheme, NoneScheme, PostmarkScheme, Scheme, Secret,
+    SquareScheme, TwilioScheme, Verifier, VerifyError,
 };
 
 /// Which schemes a target drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schemes {
     /// The providers with fixed rules: stripe, github, shopify, slack, standard-webhooks, svix,
-    /// paddle, sendgrid, pubsub (with a test JWKS and audience), sns (the test certificate
-    /// passed in for whatever URL it names).
+    /// paddle, square, twilio, mailgun, postmark, sendgrid, pubsub (with a test JWKS and
+    /// audience), sns (the test certificate passed in for whatever URL it names).
     BuiltIn,
     /// The configurable ones: generic-hmac (header, encoding, prefix, algorithm, timestamp
     /// header, signed_payload template, event id header or JSON pointer) and none.
@@ -80,6 +86,9 @@ fn pubsub_jwks() -> &'static str {
     JWKS.get_or_init(|| fixture(PUBSUB, "jwks"))
 }
 
+const DEFAULT_CREDENTIAL: &str = "fuzz:secret";
+const DEFAULT_URL: &str = "https://fuzz.example/hook";
+
 #[derive(Debug)]
 enum Step<'a> {
     Sign { id: String, at: Option<u64> },
@@ -96,6 +105,9 @@ struct Input<'a> {
     now: Option<u64>,
     generic: GenericHmac,
     event_id: Option<KeySource>,
+    signed_url: Option<String>,
+    query: Option<String>,
+    content_type: Option<String>,
     steps: Vec<Step<'a>>,
     body: &'a [u8],
     /// A setting that does not parse (an unknown encoding or algorithm).
@@ -172,6 +184,10 @@ fn parse(data: &[u8]) -> Input<'_> {
             b"signed-payload" => g.signed_payload = Some(text(arg)),
             b"id-header" => input.event_id = Some(KeySource::Header(text(arg))),
             b"id-pointer" => input.event_id = Some(KeySource::JsonPointer(text(arg))),
+            b"id-field" => input.event_id = Some(KeySource::FormField(text(arg))),
+            b"signed-url" => input.signed_url = Some(text(arg)),
+            b"query" => input.query = Some(text(arg)),
+            b"content-type" => input.content_type = Some(text(arg)),
             _ => {}
         }
     }
@@ -205,7 +221,19 @@ pub fn run(data: &[u8], schemes: Schemes) {
             jwks: Jwks::Document(pubsub_jwks().as_bytes().to_vec()),
         }),
         (Schemes::BuiltIn, Some(name)) if !matches!(name, "generic-hmac" | "none") => {
+            let url = input
+                .signed_url
+                .clone()
+                .unwrap_or_else(|| DEFAULT_URL.to_owned());
+            let event_id = input.event_id.take();
             match Scheme::from_name(name) {
+                Ok(Scheme::Square(_)) => Scheme::Square(SquareScheme { signed_url: url }),
+                Ok(Scheme::Twilio(_)) => Scheme::Twilio(TwilioScheme {
+                    signed_url: url,
+                    event_id,
+                }),
+                Ok(Scheme::Mailgun(_)) => Scheme::Mailgun(MailgunScheme { event_id }),
+                Ok(Scheme::Postmark(_)) => Scheme::Postmark(PostmarkScheme { event_id }),
                 Ok(s) => s,
                 Err(_) => return,
             }
@@ -218,6 +246,7 @@ pub fn run(data: &[u8], schemes: Schemes) {
         let default = match scheme {
             Scheme::StandardWebhooks | Scheme::Svix => DEFAULT_WHSEC,
             Scheme::Sendgrid => sendgrid_key(),
+            Scheme::Postmark(_) => DEFAULT_CREDENTIAL,
             _ => DEFAULT_SECRET,
         };
         secrets.push(Secret::from(default));
@@ -240,19 +269,32 @@ pub fn run(data: &[u8], schemes: Schemes) {
         Step::Sign { id, .. } => Some(id.as_str()),
         _ => None,
     });
-    accepts_what_it_signs(&verifier, own_id.unwrap_or("evt_fuzz"), input.body, now);
+    let content_type = input.content_type.as_deref();
+    accepts_what_it_signs(
+        &verifier,
+        own_id.unwrap_or("evt_fuzz"),
+        input.body,
+        content_type,
+        now,
+    );
 
     let mut headers = HeaderMap::new();
+    let mut body = Cow::Borrowed(input.body);
+    let mut query = input.query.clone();
     for step in &input.steps {
         match *step {
             Step::Sign { ref id, at: signed } => {
                 let Some(signed) = at(signed.unwrap_or(now_secs)) else {
                     continue;
                 };
-                if let Ok(signed) = verifier.sign(id, signed, input.body) {
-                    for (name, value) in &signed {
+                if let Ok(signed) = verifier.sign_request(id, signed, &body, content_type) {
+                    for (name, value) in &signed.headers {
                         headers.insert(name.clone(), value.clone());
                     }
+                    if signed.query.is_some() {
+                        query = signed.query;
+                    }
+                    body = Cow::Owned(signed.body);
                 }
             }
             Step::Append(name, value) | Step::Set(name, value) => {
@@ -274,7 +316,17 @@ pub fn run(data: &[u8], schemes: Schemes) {
             }
         }
     }
-    check(&verifier, &headers, input.body, now);
+    check(&verifier, &headers, &body, query.as_deref(), now);
+}
+
+/// Whether the signature covers the body's bytes, so that any other bytes must be refused. Not
+/// where [`Scheme::signs_body`] says so, nor for a Twilio form (a request without `bodySHA256`):
+/// Twilio signs the form's distinct parameters, as its SDK checks them, so a repeated pair or
+/// another encoding of the same parameters verifies.
+fn covers_bytes(scheme: &Scheme, query: Option<&str>) -> bool {
+    let twilio_form = matches!(scheme, Scheme::Twilio(_))
+        && !query.is_some_and(|q| q.split('&').any(|p| p.starts_with("bodySHA256=")));
+    scheme.signs_body() && !twilio_form
 }
 
 /// The bytes of `body` with one bit changed (or one byte added to an empty body).
@@ -299,15 +351,22 @@ fn as_received(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// A delivery signed by [`Verifier::sign`] and sent over HTTP verifies: at worst its event id is
-/// unusable (400), never its signature (401). The same headers on a tampered body are refused as
-/// a bad signature.
-fn accepts_what_it_signs(verifier: &Verifier, id: &str, body: &[u8], now: SystemTime) {
-    let Ok(signed) = verifier.sign(id, now, body) else {
+/// A delivery signed by [`Verifier::sign_request`] and sent over HTTP verifies: at worst its
+/// event id is unusable (400), never its signature (401). Where the signature covers the body,
+/// the same request with a tampered body is refused as a bad signature.
+fn accepts_what_it_signs(
+    verifier: &Verifier,
+    id: &str,
+    body: &[u8],
+    content_type: Option<&str>,
+    now: SystemTime,
+) {
+    let Ok(signed) = verifier.sign_request(id, now, body, content_type) else {
         return;
     };
-    let headers = as_received(&signed);
-    match verify(verifier, &headers, body, now) {
+    let headers = as_received(&signed.headers);
+    let (body, query) = (signed.body.as_slice(), signed.query.as_deref());
+    match verify(verifier, &headers, body, query, now) {
         Ok(v) => {
             if verifier.scheme().signs_timestamp() {
                 assert_eq!(v.signed_at, Some(now), "signed_at of a fresh signature");
@@ -321,8 +380,8 @@ fn accepts_what_it_signs(verifier: &Verifier, id: &str, body: &[u8], now: System
             e.kind()
         ),
     }
-    if signs_body(verifier.scheme()) {
-        let err = verify(verifier, &headers, &tampered(body), now).err();
+    if covers_bytes(verifier.scheme(), query) {
+        let err = verify(verifier, &headers, &tampered(body), query, now).err();
         assert_eq!(
             err.as_ref().map(|e| e.kind()),
             Some("bad_signature"),
@@ -342,23 +401,21 @@ const REFUSED: &[&str] = &[
     "bad_claim",
     "unknown_key",
     "untrusted_url",
+    "bad_credentials",
 ];
 
 /// Whether the signature covers the body: not Pub/Sub's, whose token authenticates the sender
 /// only (TLS carries the body).
-fn signs_body(scheme: &Scheme) -> bool {
-    scheme.is_signed() && !matches!(scheme, Scheme::Pubsub(_))
-}
-
 /// Verifies as the gateway does: the document the scheme names (SNS's certificate: the test
 /// one, whatever the URL) passed in.
 fn verify(
     verifier: &Verifier,
     headers: &HeaderMap,
     body: &[u8],
+    query: Option<&str>,
     now: SystemTime,
 ) -> Result<idemgate_providers::Verified, VerifyError> {
-    let delivery = Delivery::new(headers, body);
+    let delivery = Delivery::new(headers, body).with_query(query);
     match verifier.needs(&delivery)? {
         None => verifier.verify_delivery(&delivery, now),
         Some(needed) => verifier.verify_delivery(
@@ -370,9 +427,15 @@ fn verify(
 const UNUSABLE: &[&str] = &["missing_event_id", "invalid_event_id", "invalid_json"];
 
 /// The properties of any answer to any request.
-fn check(verifier: &Verifier, headers: &HeaderMap, body: &[u8], now: SystemTime) {
+fn check(
+    verifier: &Verifier,
+    headers: &HeaderMap,
+    body: &[u8],
+    query: Option<&str>,
+    now: SystemTime,
+) {
     let scheme = verifier.scheme();
-    match verify(verifier, headers, body, now) {
+    match verify(verifier, headers, body, query, now) {
         Err(e) => {
             let kind = e.kind();
             match e.status() {
@@ -419,10 +482,10 @@ fn check(verifier: &Verifier, headers: &HeaderMap, body: &[u8], now: SystemTime)
                     "{scheme}: accepted without a signed timestamp"
                 ),
             }
-            if signs_body(scheme) {
+            if covers_bytes(scheme, query) {
                 // Every signature the request carries was made for this body: the same headers
                 // on other bytes must not verify.
-                let err = verify(verifier, headers, &tampered(body), now).err();
+                let err = verify(verifier, headers, &tampered(body), query, now).err();
                 assert_eq!(
                     err.as_ref().map(|e| e.kind()),
                     Some("bad_signature"),

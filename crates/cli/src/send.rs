@@ -34,6 +34,10 @@ pub(crate) struct SendArgs {
     /// The body: a file, or - for standard input [default: a small JSON event].
     #[arg(long, value_name = "FILE|-")]
     body: Option<PathBuf>,
+    /// The body's content type. Twilio signs an `application/x-www-form-urlencoded` body by its
+    /// parameters and any other by a `bodySHA256` parameter added to the URL's query.
+    #[arg(long, default_value = "application/json")]
+    content_type: String,
     /// Send it this many times (each signed afresh, as senders do on a retry).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     repeat: u32,
@@ -82,21 +86,44 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
     if uri.scheme_str() != Some("http") {
         return Err(Usage(format!("--url: {url:?}: only http:// is supported")).into());
     }
+    if url.contains('?') {
+        return Err(Usage(format!(
+            "--url: {url:?}: give the gateway's base URL, without a query"
+        ))
+        .into());
+    }
 
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    // Mailgun resends the first attempt's signature block on a retry; every other sender signs
+    // each attempt afresh.
+    let first_attempt = SystemTime::now();
+    let resigns = !matches!(signer.scheme(), idemgate::Scheme::Mailgun(_));
     let mut failed = 0;
     for n in 1..=args.repeat {
-        let headers = signer
-            .sign(&event_id, SystemTime::now(), &body)
+        let at = if resigns {
+            SystemTime::now()
+        } else {
+            first_attempt
+        };
+        // The whole request: Twilio signs a query parameter the URL must carry, Mailgun writes
+        // its signature into the body.
+        let signed = signer
+            .sign_request(&event_id, at, &body, Some(&args.content_type))
             .map_err(|e| Usage(format!("cannot sign for {:?}: {e}", sc.name)))?;
-        let mut req = Request::post(uri.clone()).header("content-type", "application/json");
-        for (name, value) in &headers {
+        let target = match &signed.query {
+            Some(query) => format!("{url}?{query}")
+                .parse::<hyper::Uri>()
+                .map_err(|e| Usage(format!("cannot send to {url}?{query}: {e}")))?,
+            None => uri.clone(),
+        };
+        let mut req = Request::post(target).header("content-type", args.content_type.as_str());
+        for (name, value) in &signed.headers {
             req = req.header(name, value);
         }
         if let Some(token) = &bearer {
             req = req.header("authorization", format!("Bearer {token}"));
         }
-        let req = req.body(Full::new(Bytes::from(body.clone())))?;
+        let req = req.body(Full::new(Bytes::from(signed.body)))?;
         let response = tokio::time::timeout(Duration::from_secs(60), client.request(req))
             .await
             .with_context(|| format!("no answer from {url} within 60 s"))?

@@ -31,10 +31,26 @@ fn config(port: u16, data: &std::path::Path) -> String {
             "bus-secret",
             "retry_window = \"6h\"\nsignature_header = \"X-Signature\"\nsignature_encoding = \"base64\"\nevent_id_header = \"X-Event-Id\"\n",
         ),
+        (
+            "square",
+            "square",
+            "square-signature-key",
+            "signed_url = \"https://hooks.example.com/hooks/square\"\n",
+        ),
+        (
+            "twilio",
+            "twilio",
+            "twilio-auth-token",
+            "signed_url = \"https://hooks.example.com/hooks/twilio\"\n",
+        ),
+        ("mailgun", "mailgun", "key-mailgun-signing", ""),
+        ("postmark", "postmark", "postmark:first-pass", ""),
     ] {
         // A second secret, as during a rotation: the first signs.
         let second = if secret.starts_with("whsec_") {
             "whsec_b2xkIHNlY3JldA=="
+        } else if secret.contains(':') {
+            "postmark:second-pass"
         } else {
             "second-secret-for-rotation"
         };
@@ -106,6 +122,10 @@ fn send_signs_for_every_scheme_and_the_gateway_accepts_it_once() {
         "paddle",
         "bus-hmac",
         "bus-header",
+        "square",
+        "twilio",
+        "mailgun",
+        "postmark",
         "internal",
     ] {
         let out = idemgate(&["send", source, "--config", &path, "--repeat", "2", "--json"]);

@@ -86,6 +86,23 @@ pub enum AppError {
     /// An SNS subscription could not be confirmed (`sns_subscription = "confirm"`).
     #[error("the SNS subscription could not be confirmed: {why}")]
     ConfirmFailed { why: String },
+    /// A source authenticated by basic auth (Postmark) refused the credentials: 401 with
+    /// `WWW-Authenticate: Basic`.
+    #[error("{detail}")]
+    Credentials {
+        kind: Outcome,
+        detail: String,
+        source_name: String,
+    },
+    /// The connection's peer is outside the source's `allow_from`.
+    #[error("{}", match peer {
+        Some(ip) => format!("deliveries to source {source_name} are not accepted from {ip} (allow_from)"),
+        None => format!("source {source_name} accepts deliveries only from allow_from, and this connection's address is not known"),
+    })]
+    ForbiddenPeer {
+        source_name: String,
+        peer: Option<std::net::IpAddr>,
+    },
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("another delivery of this event is being processed; retry after {} s", retry_after.as_secs().max(1))]
@@ -130,6 +147,8 @@ impl AppError {
                 Outcome::DocumentUnavailable,
             ),
             Self::ConfirmFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ConfirmFailed),
+            Self::Credentials { kind, .. } => (StatusCode::UNAUTHORIZED, *kind),
+            Self::ForbiddenPeer { .. } => (StatusCode::FORBIDDEN, Outcome::ForbiddenPeer),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized),
             Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
@@ -196,6 +215,15 @@ impl IntoResponse for AppError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"idemgate\""),
             );
+        }
+        // A basic auth source names its realm, so that a sender is asked for its credentials.
+        if let Self::Credentials { source_name, .. } = &self
+            && let Ok(value) =
+                HeaderValue::from_str(&format!("Basic realm=\"idemgate {source_name}\""))
+        {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
         }
         response
     }

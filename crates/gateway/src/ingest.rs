@@ -14,7 +14,9 @@
 use std::time::SystemTime;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -22,7 +24,8 @@ use idemgate::{Claimed, Once, ProcessError};
 use idemgate_core::inbox::QueuedItem;
 use idemgate_core::{ClaimOutcome, Fingerprint, Key};
 use idemgate_providers::{
-    Control, GenericHmac, KeySource, NoneScheme, Scheme, Secret, Verified, Verifier, VerifyError,
+    Control, GenericHmac, KeySource, MailgunScheme, NoneScheme, PostmarkScheme, Scheme, Secret,
+    SquareScheme, TwilioScheme, Verified, Verifier, VerifyError,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -36,13 +39,30 @@ use crate::{AppState, Source};
 pub(crate) async fn hook(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
-    match receive(&state, &name, &headers, body).await {
+    let (parts, body) = request.into_parts();
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    let at = Target {
+        query: parts.uri.query(),
+        peer,
+    };
+    match receive(&state, &name, &parts.headers, at, body).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
+}
+
+/// Where a delivery came from and was sent to, besides its headers.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    /// The request target's query string (Twilio signs it).
+    query: Option<&'a str>,
+    /// The connection's peer, when the server knows it (`allow_from`).
+    peer: Option<IpAddr>,
 }
 
 /// One delivery, from its body to its answer: verified, claimed, forwarded under the claim.
@@ -51,8 +71,13 @@ async fn receive(
     state: &AppState,
     name: &str,
     headers: &HeaderMap,
+    at: Target<'_>,
     body: Body,
 ) -> Result<Response, AppError> {
+    // The peer before anything else: a sender outside `allow_from` learns nothing more.
+    if let Ok(src) = state.source(name) {
+        src.admit(at.peer)?;
+    }
     // The body first: an early refusal that leaves it unread would cost the sender its
     // keep-alive connection (the guard layer refuses an announced oversized body before this).
     let body = read_body(body, state.limits.body_limit).await?;
@@ -60,7 +85,7 @@ async fn receive(
     if src.needs_bearer() {
         state.authorize(headers)?;
     }
-    let verified = match verify(src, headers, &body).await? {
+    let verified = match verify(src, headers, &body, at.query).await? {
         Ok(v) => v,
         Err(VerifyError::MissingEventId { .. })
             if let Some(challenge) = slack_challenge(src, &body) =>
@@ -74,7 +99,7 @@ async fn receive(
                 },
             ));
         }
-        Err(e) => return Err(verify_error(e)),
+        Err(e) => return Err(verify_error(src, e)),
     };
     if let Some(control) = &verified.control {
         return control_message(src, control).await;
@@ -270,8 +295,9 @@ async fn verify(
     src: &Source,
     headers: &HeaderMap,
     body: &[u8],
+    query: Option<&str>,
 ) -> Result<Result<Verified, VerifyError>, AppError> {
-    let delivery = idemgate_providers::Delivery::new(headers, body);
+    let delivery = idemgate_providers::Delivery::new(headers, body).with_query(query);
     let needed = match src.verifier.needs(&delivery) {
         Ok(needed) => needed,
         Err(e) => return Ok(Err(e)),
@@ -419,11 +445,17 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, AppError> {
     }
 }
 
-fn verify_error(e: VerifyError) -> AppError {
+fn verify_error(src: &Source, e: VerifyError) -> AppError {
     let kind = Outcome::of_refusal(&e);
     // With its causes: "event id refused: header x-event-id is not UTF-8".
     let detail = ErrorChain(&e).to_string();
     match e.status() {
+        // A basic-auth source (Postmark) asks for credentials again.
+        401 if matches!(src.verifier.scheme(), Scheme::Postmark(_)) => AppError::Credentials {
+            kind,
+            detail,
+            source_name: src.name.to_string(),
+        },
         401 => AppError::Signature { kind, detail },
         // A document the check needs was not passed in (503), or cannot be used (502).
         status @ (502 | 503) => AppError::Document {
@@ -441,24 +473,88 @@ fn verify_error(e: VerifyError) -> AppError {
 /// A [`ConfigError`] naming the source and the key.
 pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
     let provider = |e: idemgate_providers::ConfigError| sc.invalid("provider", e.to_string());
+    // Where the event id is, when the source says: at most one of the three keys.
+    let configured_id = || {
+        let set: Vec<(&'static str, KeySource)> = [
+            (
+                "event_id_header",
+                sc.event_id_header.clone().map(KeySource::Header),
+            ),
+            (
+                "event_id_pointer",
+                sc.event_id_pointer.clone().map(KeySource::JsonPointer),
+            ),
+            (
+                "event_id_field",
+                sc.event_id_field.clone().map(KeySource::FormField),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, source)| Some((key, source?)))
+        .collect();
+        match set.as_slice() {
+            [] => Ok(None),
+            [(_, source)] => Ok(Some(source.clone())),
+            [(first, _), (second, _), ..] => Err(sc.invalid(
+                second,
+                format!(
+                    "set one of event_id_header, event_id_pointer and event_id_field, not both {first} and {second}"
+                ),
+            )),
+        }
+    };
     let key_source = || {
-        match (&sc.event_id_header, &sc.event_id_pointer) {
-        (Some(h), None) => Ok(KeySource::Header(h.clone())),
-        (None, Some(p)) => Ok(KeySource::JsonPointer(p.clone())),
-        (Some(_), Some(_)) => Err(sc.invalid(
-            "event_id_header",
-            "set event_id_header or event_id_pointer, not both",
-        )),
-        (None, None) => Err(sc.invalid(
+        configured_id()?.ok_or_else(|| sc.invalid(
             "event_id_header",
             format!(
-                "provider {:?} has no built-in place for the event id: add event_id_header = \"X-Event-Id\" (a header the sender sets) or event_id_pointer = \"/id\" (a JSON pointer into the body)",
+                "provider {:?} has no built-in place for the event id: add event_id_header = \"X-Event-Id\" (a header the sender sets), event_id_pointer = \"/id\" (a JSON pointer into the body) or event_id_field = \"MessageSid\" (a form parameter)",
                 sc.provider
             ),
-        )),
-    }
+        ))
     };
     sc.check_fetch_keys()?;
+    let signed_url = || {
+        sc.signed_url.clone().ok_or_else(|| {
+            sc.invalid(
+                "signed_url",
+                format!(
+                    "required for provider {:?}: the public URL the sender was given for this source (the sender signs it)",
+                    sc.provider
+                ),
+            )
+        })
+    };
+    let takes_url = matches!(sc.provider.as_str(), "square" | "twilio");
+    if sc.signed_url.is_some() && !takes_url {
+        return Err(sc.invalid(
+            "signed_url",
+            format!(
+                "only for provider \"square\" or \"twilio\", not {:?}",
+                sc.provider
+            ),
+        ));
+    }
+    let generic_only = [
+        ("signature_header", sc.signature_header.is_some()),
+        ("signature_encoding", sc.signature_encoding.is_some()),
+        ("signature_prefix", sc.signature_prefix.is_some()),
+        ("signature_algorithm", sc.signature_algorithm.is_some()),
+        ("signed_payload", sc.signed_payload.is_some()),
+        ("timestamp_header", sc.timestamp_header.is_some()),
+    ];
+    let id_keys = [
+        ("event_id_header", sc.event_id_header.is_some()),
+        ("event_id_pointer", sc.event_id_pointer.is_some()),
+        ("event_id_field", sc.event_id_field.is_some()),
+    ];
+    let refuse_set =
+        |keys: &[(&'static str, bool)], allowed: &str| match keys.iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err(sc.invalid(
+                key,
+                format!("only for provider {allowed}, not {:?}", sc.provider),
+            )),
+            None => Ok(()),
+        };
     let scheme = match sc.provider.as_str() {
         "generic-hmac" => Scheme::GenericHmac(GenericHmac {
             header: sc.signature_header.clone().ok_or_else(|| {
@@ -487,20 +583,36 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
             signed_payload: sc.signed_payload.clone(),
             event_id: key_source()?,
         }),
-        "none" => Scheme::None(NoneScheme {
-            event_id: key_source()?,
-        }),
+        "none" => {
+            refuse_set(&generic_only, "\"generic-hmac\"")?;
+            Scheme::None(NoneScheme {
+                event_id: key_source()?,
+            })
+        }
+        "twilio" | "mailgun" | "postmark" => {
+            refuse_set(&generic_only, "\"generic-hmac\"")?;
+            let event_id = configured_id()?;
+            match sc.provider.as_str() {
+                "twilio" => Scheme::Twilio(TwilioScheme {
+                    signed_url: signed_url()?,
+                    event_id,
+                }),
+                "mailgun" => Scheme::Mailgun(MailgunScheme { event_id }),
+                _ => Scheme::Postmark(PostmarkScheme { event_id }),
+            }
+        }
+        "square" => {
+            refuse_set(&generic_only, "\"generic-hmac\"")?;
+            refuse_set(
+                &id_keys,
+                "\"generic-hmac\", \"none\", \"twilio\", \"mailgun\" or \"postmark\"",
+            )?;
+            Scheme::Square(SquareScheme {
+                signed_url: signed_url()?,
+            })
+        }
         name => {
-            for (key, set) in [
-                ("signature_header", sc.signature_header.is_some()),
-                ("signature_encoding", sc.signature_encoding.is_some()),
-                ("signature_prefix", sc.signature_prefix.is_some()),
-                ("signature_algorithm", sc.signature_algorithm.is_some()),
-                ("signed_payload", sc.signed_payload.is_some()),
-                ("timestamp_header", sc.timestamp_header.is_some()),
-                ("event_id_header", sc.event_id_header.is_some()),
-                ("event_id_pointer", sc.event_id_pointer.is_some()),
-            ] {
+            for (key, set) in generic_only.into_iter().chain(id_keys) {
                 if set {
                     return Err(sc.invalid(
                         key,
@@ -519,5 +631,19 @@ pub fn verifier(sc: &SourceConfig) -> Result<Verifier, ConfigError> {
         .iter()
         .map(|s| Secret::new(s.as_bytes()))
         .collect();
-    Verifier::new(scheme, secrets, sc.tolerance).map_err(|e| sc.invalid("secrets", e.to_string()))
+    Verifier::new(scheme, secrets, sc.tolerance()).map_err(|e| {
+        let key = match e {
+            idemgate_providers::ConfigError::Setting {
+                field: "signed_url",
+                ..
+            }
+            | idemgate_providers::ConfigError::Missing {
+                field: "signed_url",
+                ..
+            } => "signed_url",
+            idemgate_providers::ConfigError::ZeroTolerance => "tolerance",
+            _ => "secrets",
+        };
+        sc.invalid(key, e.to_string())
+    })
 }

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML configuration, validated once at load.
+//! - [`config`]: the TOML configuration, validated once at load; [`allow`]: a source's
+//!   `allow_from` networks.
 //! - the store: [`AnyStore`] and [`Dedup`](idemgate::Dedup) from the `idemgate` facade, which
 //!   chooses the engine at start (SQLite by default, PostgreSQL and Redis behind features).
 //! - `state`: [`AppState`], what every handler shares, and the one place each outcome is logged
@@ -31,6 +32,8 @@ pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod outcome;
+
+pub mod allow;
 
 mod admin;
 mod batch;

@@ -116,7 +116,8 @@ outcomes! {
     InvalidEventId => "invalid_event_id",
     /// A body that is not the JSON the route or the scheme needs.
     InvalidJson => "invalid_json",
-    /// A body the scheme authenticates that cannot be read (an SNS message).
+    /// A body the scheme authenticates or reads its signature from that cannot be read (an SNS
+    /// message, a Mailgun body).
     MalformedBody => "malformed_body",
     /// A signed token whose claim does not hold (Pub/Sub: `aud`, `iss`, `exp`, ...).
     BadClaim => "bad_claim",
@@ -130,6 +131,10 @@ outcomes! {
     BadDocument => "bad_document",
     /// An SNS subscription could not be confirmed.
     ConfirmFailed => "confirm_failed",
+    /// Basic auth credentials that match none configured (Postmark).
+    BadCredentials => "bad_credentials",
+    /// A connection from an address outside the source's `allow_from`.
+    ForbiddenPeer => "forbidden_peer",
     /// A fingerprint that is not 64 hex digits.
     InvalidFingerprint => "invalid_fingerprint",
     /// A lease that is not a whole number of seconds from 1.
@@ -187,6 +192,7 @@ impl Outcome {
             VerifyError::UntrustedUrl { .. } => Self::UntrustedUrl,
             VerifyError::NeedsDocument { .. } => Self::DocumentUnavailable,
             VerifyError::BadDocument { .. } => Self::BadDocument,
+            VerifyError::BadCredentials => Self::BadCredentials,
             _ => Self::Error,
         }
     }
@@ -248,7 +254,12 @@ mod tests {
 
     #[test]
     fn refusals_match_the_providers_kinds() {
-        let e = VerifyError::BadSignature;
-        assert_eq!(Outcome::of_refusal(&e).as_str(), e.kind());
+        for e in [
+            VerifyError::BadSignature,
+            VerifyError::BadCredentials,
+            VerifyError::MalformedBody { why: "x" },
+        ] {
+            assert_eq!(Outcome::of_refusal(&e).as_str(), e.kind());
+        }
     }
 }

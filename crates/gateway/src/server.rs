@@ -172,8 +172,8 @@ async fn accept_loop(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
                         tracing::warn!(error = %e, "accept failed");
@@ -188,7 +188,10 @@ async fn accept_loop(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(app.clone());
+                let service = TowerToHyperService::new(WithPeer {
+                    app: app.clone(),
+                    peer,
+                });
                 // Under pressure (more than half the slots taken), a new connection gets at most
                 // two seconds for its headers: a flood of slow clients then clears itself.
                 let header_timeout = if slots.available_permits() < cap / 2 {
@@ -233,6 +236,36 @@ async fn accept_loop(
         while connections.join_next().await.is_some() {}
     }
     Ok(())
+}
+
+/// The router, with the connection's peer address in each request's extensions (as axum's
+/// [`ConnectInfo`](axum::extract::ConnectInfo)): what a source's `allow_from` is checked against.
+#[derive(Debug, Clone)]
+struct WithPeer {
+    app: Router,
+    peer: std::net::SocketAddr,
+}
+
+impl tower_service::Service<axum::http::Request<hyper::body::Incoming>> for WithPeer {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower_service::Service::<axum::http::Request<hyper::body::Incoming>>::poll_ready(
+            &mut self.app,
+            cx,
+        )
+    }
+
+    fn call(&mut self, mut req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
+        self.app.call(req)
+    }
 }
 
 /// The header timeout of connections accepted while more than half the slots are taken.

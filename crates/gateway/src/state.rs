@@ -47,6 +47,23 @@ impl Source {
         !self.verifier.scheme().is_signed()
     }
 
+    /// Whether a delivery from `peer` may be read: any address without `allow_from`; with it,
+    /// only one inside its networks (an unknown peer is refused).
+    ///
+    /// # Errors
+    /// [`AppError::ForbiddenPeer`] naming the address.
+    pub fn admit(&self, peer: Option<std::net::IpAddr>) -> Result<(), AppError> {
+        let allow = &self.policy.allow_from;
+        if allow.is_empty() || peer.is_some_and(|ip| allow.iter().any(|c| c.contains(ip))) {
+            Ok(())
+        } else {
+            Err(AppError::ForbiddenPeer {
+                source_name: self.name.to_string(),
+                peer,
+            })
+        }
+    }
+
     /// A claim of `key` under this source's TTL, lease and mode.
     pub fn claim_request(&self, key: Key) -> ClaimRequest {
         ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)

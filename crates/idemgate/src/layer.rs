@@ -312,8 +312,10 @@ pub fn verified(
 {
     let lease = Duration::from_secs(60).min(ttl);
     move |parts, body| {
+        let delivery =
+            idemgate_providers::Delivery::new(&parts.headers, body).with_query(parts.uri.query());
         let verified = verifier
-            .verify(&parts.headers, body, SystemTime::now())
+            .verify_delivery(&delivery, SystemTime::now())
             .map_err(|e| {
                 let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
                 Refusal::new(status, e.kind(), crate::ErrorChain(&e).to_string())

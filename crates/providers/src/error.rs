@@ -116,8 +116,9 @@ pub enum VerifyError {
     /// The event id must come from a JSON body, and the body does not parse.
     #[error("body is not valid JSON")]
     InvalidJson(#[source] serde_json::Error),
-    /// The body is what the scheme authenticates, and it cannot be read (an SNS message that is
-    /// not a JSON object, or lacks a signed field).
+    /// The body is what the scheme authenticates or carries the signature in, and it cannot be
+    /// read (an SNS message that is not a JSON object or lacks a signed field; a Mailgun body
+    /// without a readable `signature` block). The sender is not authenticated.
     #[error("malformed body: {why}")]
     MalformedBody { why: &'static str },
     /// A signed token's claim does not hold (Pub/Sub: `aud`, `iss`, `exp`, `iat`, `email`).
@@ -140,6 +141,9 @@ pub enum VerifyError {
     /// The document passed in for `url` cannot be used.
     #[error("the document at {url} cannot be used: {why}")]
     BadDocument { url: String, why: &'static str },
+    /// The `Authorization: Basic` credentials match none of the configured ones (Postmark).
+    #[error("the basic auth credentials match none configured")]
+    BadCredentials,
 }
 
 impl VerifyError {
@@ -156,7 +160,8 @@ impl VerifyError {
             | Self::MalformedBody { .. }
             | Self::Claim { .. }
             | Self::UnknownKey { .. }
-            | Self::UntrustedUrl { .. } => 401,
+            | Self::UntrustedUrl { .. }
+            | Self::BadCredentials => 401,
             Self::MissingEventId { .. } | Self::InvalidEventId(_) | Self::InvalidJson(_) => 400,
             Self::NeedsDocument { .. } => 503,
             Self::BadDocument { .. } => 502,
@@ -180,6 +185,7 @@ impl VerifyError {
             Self::UntrustedUrl { .. } => "untrusted_url",
             Self::NeedsDocument { .. } => "document_unavailable",
             Self::BadDocument { .. } => "bad_document",
+            Self::BadCredentials => "bad_credentials",
         }
     }
 }
@@ -218,4 +224,14 @@ pub enum SignError {
     /// A message to sign lacks what the scheme signs.
     #[error("the message cannot be signed: {why}")]
     Message { why: String },
+    /// The scheme signs more than headers (Mailgun writes its signature into the body):
+    /// [`Verifier::sign`](crate::Verifier::sign) cannot express it.
+    #[error("the {scheme} scheme writes its signature into the body: use Verifier::sign_request")]
+    NeedsRequest { scheme: &'static str },
+    /// The body cannot carry what the scheme signs (Mailgun: not a JSON object).
+    #[error("{scheme}: {why}")]
+    Body {
+        scheme: &'static str,
+        why: &'static str,
+    },
 }

@@ -10,8 +10,8 @@ use crate::error::{ConfigError, VerifyError};
 use crate::scheme::{Algorithm, Encoding, GenericHmac, KeySource};
 use crate::util::{
     Keyed, base64_decode, base64_encode, check_json_pointer, event_id_from_body,
-    event_id_from_header, header, hex_decode, hex_encode, malformed, parse_unix_seconds,
-    require_match, value_text,
+    event_id_from_form, event_id_from_header, header, hex_decode, hex_encode, malformed,
+    parse_unix_seconds, require_match, value_text,
 };
 
 /// A validated [`KeySource`].
@@ -19,6 +19,7 @@ use crate::util::{
 pub(crate) enum IdSource {
     Header(HeaderName),
     Pointer(String),
+    Form(String),
 }
 
 impl IdSource {
@@ -37,6 +38,11 @@ impl IdSource {
                     why,
                 }),
             },
+            KeySource::FormField(name) if name.is_empty() => Err(ConfigError::Missing {
+                scheme,
+                field: "event_id",
+            }),
+            KeySource::FormField(name) => Ok(Self::Form(name.clone())),
         }
     }
 
@@ -44,13 +50,14 @@ impl IdSource {
         match self {
             Self::Header(name) => event_id_from_header(headers, name),
             Self::Pointer(pointer) => event_id_from_body(body, pointer),
+            Self::Form(name) => event_id_from_form(body, name),
         }
     }
 
     pub(crate) fn header(&self) -> Option<&HeaderName> {
         match self {
             Self::Header(name) => Some(name),
-            Self::Pointer(_) => None,
+            Self::Pointer(_) | Self::Form(_) => None,
         }
     }
 }

@@ -4,12 +4,16 @@
 //! # Layout
 //! - [`Scheme`] names what a source's sender signs and where its event id lives: the built-in
 //!   providers ([`stripe`], [`github`], [`shopify`], [`slack`], [`standard_webhooks`], [`svix`],
-//!   [`paddle`]), a configurable [`GenericHmac`], and `none` ([`NoneScheme`]) for trusted internal
-//!   senders, which the gateway must then guard with a bearer token.
+//!   [`paddle`], [`square`], [`twilio`], [`mailgun`], and [`postmark`], which sends basic auth
+//!   credentials instead of a signature), a configurable [`GenericHmac`], and `none`
+//!   ([`NoneScheme`]) for trusted internal senders, which the gateway must then guard with a
+//!   bearer token.
 //! - [`Verifier`] holds one source's scheme, its active [`Secret`]s (several during rotation) and
 //!   the timestamp tolerance; [`Verifier::verify`] checks a delivery and returns its
-//!   [`Verified`] event id. [`Verifier::sign`] produces a delivery's headers, for tests and load
-//!   generation.
+//!   [`Verified`] event id; [`Verifier::verify_delivery`] also sees the request's query (Twilio
+//!   signs the URL). [`Verifier::sign`] produces a delivery's headers and
+//!   [`Verifier::sign_request`] the whole request ([`Signed`]: headers, query, body), for tests
+//!   and load generation.
 //! - Each provider module holds its header names and a `sign` helper that writes the signature
 //!   header exactly as the provider does (for tests and load generation).
 //! - Errors: [`ConfigError`] at configuration time, [`VerifyError`] per delivery (with
@@ -53,21 +57,28 @@ mod util;
 mod verifier;
 
 pub mod github;
+pub mod mailgun;
 pub mod paddle;
+pub mod postmark;
 pub mod pubsub;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
 pub mod sns;
+pub mod square;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod svix;
+pub mod twilio;
 
 pub use error::{ConfigError, SignError, VerifyError};
-pub use scheme::{Algorithm, Encoding, GenericHmac, KeySource, NoneScheme, Scheme};
+pub use scheme::{
+    Algorithm, Encoding, GenericHmac, KeySource, MailgunScheme, NoneScheme, PostmarkScheme, Scheme,
+    SquareScheme, TwilioScheme,
+};
 pub use secret::Secret;
 pub use verifier::{
-    BatchEvent, Control, Delivery, Document, DocumentKind, Needed, Verified, Verifier,
+    BatchEvent, Control, Delivery, Document, DocumentKind, Needed, Signed, Verified, Verifier,
 };
 
 pub use idemgate_core::{EventId, KeyError};

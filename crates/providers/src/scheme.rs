@@ -40,11 +40,23 @@ pub enum Scheme {
     /// Amazon SNS: an RSA signature over the message's canonical fields with the certificate at
     /// `SigningCertURL`; event id: body `MessageId`.
     Sns(crate::sns::Sns),
+    /// `x-square-hmacsha256-signature` (base64 HMAC-SHA256 of the notification URL + body);
+    /// event id: body `event_id`.
+    Square(SquareScheme),
+    /// `X-Twilio-Signature` (base64 HMAC-SHA1 of the URL + sorted form parameters, or of the URL
+    /// with `bodySHA256` for other bodies); event id: `I-Twilio-Idempotency-Token`.
+    Twilio(TwilioScheme),
+    /// A `signature` object in the JSON body (hex HMAC-SHA256 of timestamp + token); event id:
+    /// body `signature.token`.
+    Mailgun(MailgunScheme),
+    /// No signature: HTTP basic auth credentials (`user:password` secrets); event id: per
+    /// `RecordType` from the body.
+    Postmark(PostmarkScheme),
 }
 
 impl Scheme {
     /// Every configuration name, in the order the README lists them.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 16] = [
         "stripe",
         "github",
         "shopify",
@@ -52,20 +64,25 @@ impl Scheme {
         "standard-webhooks",
         "svix",
         "paddle",
-        "generic-hmac",
-        "none",
+        "square",
+        "twilio",
+        "mailgun",
+        "postmark",
         "sendgrid",
         "pubsub",
         "sns",
+        "generic-hmac",
+        "none",
     ];
 
     /// The scheme called `name` in configuration.
     ///
-    /// `generic-hmac`, `none`, `pubsub` and `sns` come back with their settings empty or default
-    /// ([`GenericHmac::default`], [`NoneScheme::default`], [`Pubsub::default`](crate::pubsub::Pubsub),
-    /// [`Sns::default`](crate::sns::Sns)): fill them in before building a
+    /// `generic-hmac`, `none`, `pubsub`, `sns`, `square` and `twilio` come back with their
+    /// settings empty or default ([`GenericHmac::default`], [`NoneScheme::default`],
+    /// [`Pubsub::default`](crate::pubsub::Pubsub), [`Sns::default`](crate::sns::Sns), and
+    /// `square` and `twilio` without their `signed_url`): fill them in before building a
     /// [`Verifier`](crate::Verifier), which refuses what cannot work (a `pubsub` without an
-    /// audience).
+    /// audience). `mailgun` and `postmark` come back with their built-in event ids.
     ///
     /// # Errors
     /// [`ConfigError::UnknownScheme`] for any other name.
@@ -83,6 +100,10 @@ impl Scheme {
             "sendgrid" => Self::Sendgrid,
             "pubsub" => Self::Pubsub(crate::pubsub::Pubsub::default()),
             "sns" => Self::Sns(crate::sns::Sns::default()),
+            "square" => Self::Square(SquareScheme::default()),
+            "twilio" => Self::Twilio(TwilioScheme::default()),
+            "mailgun" => Self::Mailgun(MailgunScheme::default()),
+            "postmark" => Self::Postmark(PostmarkScheme::default()),
             _ => {
                 return Err(ConfigError::UnknownScheme {
                     name: name.to_owned(),
@@ -106,16 +127,30 @@ impl Scheme {
             Self::Sendgrid => "sendgrid",
             Self::Pubsub(_) => "pubsub",
             Self::Sns(_) => "sns",
+            Self::Square(_) => "square",
+            Self::Twilio(_) => "twilio",
+            Self::Mailgun(_) => "mailgun",
+            Self::Postmark(_) => "postmark",
         }
     }
 
     /// Whether the scheme signs a timestamp, so that the verifier's tolerance applies.
     pub fn signs_timestamp(&self) -> bool {
         match self {
-            Self::Stripe | Self::Slack | Self::StandardWebhooks | Self::Svix | Self::Paddle => true,
+            Self::Stripe
+            | Self::Slack
+            | Self::StandardWebhooks
+            | Self::Svix
+            | Self::Paddle
+            | Self::Mailgun(_) => true,
             // A token's iat and exp; SNS's publication time (see the sns module on retries).
             Self::Sendgrid | Self::Pubsub(_) | Self::Sns(_) => true,
-            Self::Github | Self::Shopify | Self::None(_) => false,
+            Self::Github
+            | Self::Shopify
+            | Self::None(_)
+            | Self::Square(_)
+            | Self::Twilio(_)
+            | Self::Postmark(_) => false,
             Self::GenericHmac(g) => g.timestamp_header.is_some(),
         }
     }
@@ -126,9 +161,23 @@ impl Scheme {
         matches!(self, Self::Sendgrid)
     }
 
-    /// Whether the scheme checks a signature (all but `none`).
+    /// Whether the scheme authenticates the sender itself, with a signature or (Postmark)
+    /// credentials: all but `none`.
     pub fn is_signed(&self) -> bool {
         !matches!(self, Self::None(_))
+    }
+
+    /// Whether what authenticates the sender also covers every byte of the body, so that a
+    /// tampered body is refused. Not so for `none`, for Postmark (credentials, no signature),
+    /// for Pub/Sub (its token authenticates the sender, not the body), and for Mailgun, whose
+    /// signature covers only its timestamp and token: the rest of a Mailgun body (`event-data`)
+    /// is not signed, and its token is what keeps a replay from being processed (see the crate
+    /// README).
+    pub fn signs_body(&self) -> bool {
+        !matches!(
+            self,
+            Self::None(_) | Self::Mailgun(_) | Self::Postmark(_) | Self::Pubsub(_)
+        )
     }
 
     /// Where in a JSON body the scheme reads the event id (an RFC 6901 pointer), when it reads it
@@ -136,9 +185,22 @@ impl Scheme {
     pub fn body_event_id(&self) -> Option<&str> {
         match self {
             Self::Stripe => Some("/id"),
-            Self::Slack | Self::Paddle => Some("/event_id"),
             Self::Pubsub(_) => Some(crate::pubsub::EVENT_ID_POINTER),
             Self::Sns(_) => Some(crate::sns::EVENT_ID_POINTER),
+            Self::Slack | Self::Paddle | Self::Square(_) => Some("/event_id"),
+            Self::Mailgun(MailgunScheme { event_id: None }) => Some("/signature/token"),
+            // A body without a `RecordType` (an inbound email) is identified by its `MessageID`.
+            Self::Postmark(PostmarkScheme { event_id: None }) => Some("/MessageID"),
+            Self::Twilio(TwilioScheme {
+                event_id: Some(KeySource::JsonPointer(p)),
+                ..
+            })
+            | Self::Mailgun(MailgunScheme {
+                event_id: Some(KeySource::JsonPointer(p)),
+            })
+            | Self::Postmark(PostmarkScheme {
+                event_id: Some(KeySource::JsonPointer(p)),
+            }) => Some(p),
             Self::GenericHmac(GenericHmac {
                 event_id: KeySource::JsonPointer(p),
                 ..
@@ -219,6 +281,9 @@ pub enum KeySource {
     /// An RFC 6901 JSON pointer into the body, e.g. `/data/id`. A string value is taken as is, a
     /// number as its JSON text.
     JsonPointer(String),
+    /// A parameter of an `application/x-www-form-urlencoded` body, by name (case-sensitive),
+    /// e.g. Twilio's `MessageSid`. When it appears several times, the first is taken.
+    FormField(String),
 }
 
 impl Default for KeySource {
@@ -261,4 +326,38 @@ pub struct GenericHmac {
 pub struct NoneScheme {
     /// Where the event id is.
     pub event_id: KeySource,
+}
+
+/// The settings of the `square` scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SquareScheme {
+    /// The notification URL exactly as the webhook subscription shows it in Square's Developer
+    /// Console: it is part of the signed bytes. Required.
+    pub signed_url: String,
+}
+
+/// The settings of the `twilio` scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TwilioScheme {
+    /// The public URL Twilio was given for the webhook, without its query string (the request's
+    /// own query is appended, as Twilio signs the URL it requests) and without a `#` fragment
+    /// (connection overrides are not signed). Required.
+    pub signed_url: String,
+    /// Where the event id is; `None` for the `I-Twilio-Idempotency-Token` header.
+    pub event_id: Option<KeySource>,
+}
+
+/// The settings of the `mailgun` scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MailgunScheme {
+    /// Where the event id is; `None` for the body's `signature.token`.
+    pub event_id: Option<KeySource>,
+}
+
+/// The settings of the `postmark` scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PostmarkScheme {
+    /// Where the event id is; `None` for the id built from the body by its `RecordType` (see
+    /// the [`postmark`](crate::postmark) module).
+    pub event_id: Option<KeySource>,
 }

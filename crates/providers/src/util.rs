@@ -264,6 +264,28 @@ pub(crate) fn event_id_from_body(body: &[u8], pointer: &str) -> Result<EventId, 
     }
 }
 
+/// Reads the event id from the first parameter called `name` of a form-encoded body.
+///
+/// # Errors
+/// [`VerifyError::MissingEventId`] when absent or empty, [`VerifyError::InvalidEventId`] when not
+/// UTF-8 or when [`EventId::new`] refuses it.
+pub(crate) fn event_id_from_form(body: &[u8], name: &str) -> Result<EventId, VerifyError> {
+    let value = form_params(body)
+        .into_iter()
+        .find(|(n, _)| n == name.as_bytes())
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| VerifyError::MissingEventId {
+            location: format!("form parameter {name}"),
+        })?;
+    let id = String::from_utf8(value).map_err(|_| {
+        VerifyError::InvalidEventId(KeyError::EventId {
+            why: format!("form parameter {name} is not UTF-8"),
+        })
+    })?;
+    EventId::new(id).map_err(VerifyError::InvalidEventId)
+}
+
 /// Reads the event id from a header.
 ///
 /// # Errors
@@ -301,6 +323,58 @@ pub(crate) fn event_id_header_text<'a>(
             })
         })
         .transpose()
+}
+
+/// The parameters of an `application/x-www-form-urlencoded` text, in order, as bytes: split on
+/// `&` (empty pieces skipped), name and value at the first `=` (a piece without one is a name with
+/// an empty value), `+` as a space, `%XX` decoded (an invalid escape is kept as written).
+///
+/// Bytes rather than text, so that two bodies that differ in a byte that is not UTF-8 never read
+/// alike.
+pub(crate) fn form_params(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    text.split(|&b| b == b'&')
+        .filter(|piece| !piece.is_empty())
+        .map(|piece| match piece.iter().position(|&b| b == b'=') {
+            Some(at) => (form_decode(&piece[..at]), form_decode(&piece[at + 1..])),
+            None => (form_decode(piece), Vec::new()),
+        })
+        .collect()
+}
+
+/// Percent-decodes one form name or value, `+` as a space.
+pub(crate) fn form_decode(text: &[u8]) -> Vec<u8> {
+    fn hex(b: u8) -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < text.len() => match (hex(text[i + 1]), hex(text[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Equality of two digests in time that does not depend on where they differ.
+pub(crate) fn digests_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 /// A header that lists `key=value` items: a timestamp and one or more hex signatures over

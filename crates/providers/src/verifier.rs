@@ -8,11 +8,14 @@ use idemgate_core::EventId;
 use crate::asym::{PrivateKey, PublicKey};
 use crate::error::{ConfigError, SignError, VerifyError};
 use crate::generic::{Compiled, IdSource};
-use crate::scheme::{Algorithm, Scheme};
+use crate::scheme::{Algorithm, KeySource, Scheme};
 use crate::secret::Secret;
 use crate::standard_webhooks::{self as sw, Names};
 use crate::util::{Keyed, check_fresh, event_id_from_body, event_id_from_header};
-use crate::{github, paddle, pubsub, sendgrid, shopify, slack, sns, stripe, svix};
+use crate::{
+    github, mailgun, paddle, postmark, pubsub, sendgrid, shopify, slack, sns, square, stripe, svix,
+    twilio,
+};
 
 /// What a verified delivery yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +148,21 @@ enum Plan {
     Sendgrid,
     Pubsub(Box<pubsub::Compiled>),
     Sns(Box<sns::Compiled>),
+    /// The notification URL.
+    Square(String),
+    Twilio {
+        url: twilio::SignedUrl,
+        id: IdSource,
+    },
+    Mailgun(IdSource),
+    Postmark {
+        /// The SHA-256 of each `user:password`.
+        credentials: Vec<[u8; 32]>,
+        /// `None`: built from the body by `RecordType`.
+        id: Option<IdSource>,
+        /// The first credential, for [`Verifier::sign`] (its `Debug` hides it).
+        first: Option<Secret>,
+    },
 }
 
 /// The public-key side of a verifier's secrets.
@@ -225,6 +243,52 @@ impl Verifier {
                 Plan::Sns(Box::new(sns::Compiled::new(config)?)),
                 Algorithm::Sha256,
             ),
+            Scheme::Square(config) => {
+                square::check_url(name, &config.signed_url)?;
+                (Plan::Square(config.signed_url.clone()), Algorithm::Sha256)
+            }
+            Scheme::Twilio(config) => {
+                let url = twilio::SignedUrl::new(&config.signed_url)?;
+                let id = match &config.event_id {
+                    Some(source) => IdSource::compile(source, name)?,
+                    None => IdSource::Header(twilio::IDEMPOTENCY_TOKEN_HEADER),
+                };
+                (Plan::Twilio { url, id }, Algorithm::Sha1)
+            }
+            Scheme::Mailgun(config) => {
+                let default = KeySource::JsonPointer(mailgun::TOKEN_POINTER.to_owned());
+                let id = IdSource::compile(config.event_id.as_ref().unwrap_or(&default), name)?;
+                (Plan::Mailgun(id), Algorithm::Sha256)
+            }
+            Scheme::Postmark(config) => {
+                let id = config
+                    .event_id
+                    .as_ref()
+                    .map(|source| IdSource::compile(source, name))
+                    .transpose()?;
+                for (index, secret) in secrets.iter().enumerate() {
+                    if !secret.as_bytes().contains(&b':') {
+                        return Err(ConfigError::Secret {
+                            index,
+                            scheme: name,
+                            why: "must be user:password, the credentials written into the webhook URL",
+                        });
+                    }
+                }
+                let credentials = secrets
+                    .iter()
+                    .map(|s| postmark::digest(s.as_bytes()))
+                    .collect();
+                let first = secrets.first().cloned();
+                (
+                    Plan::Postmark {
+                        credentials,
+                        id,
+                        first,
+                    },
+                    Algorithm::Sha256,
+                )
+            }
         };
         match (&plan, secrets.is_empty()) {
             (Plan::Unsigned(_), false) => return Err(ConfigError::SecretsNotAllowed),
@@ -363,7 +427,7 @@ impl Verifier {
         delivery: &Delivery<'_>,
         now: SystemTime,
     ) -> Result<Verified, VerifyError> {
-        let (headers, body) = (delivery.headers, delivery.body);
+        let (headers, body, query) = (delivery.headers, delivery.body, delivery.query);
         let keys = &self.keys;
         let document = |url: Option<&str>| {
             delivery
@@ -403,6 +467,19 @@ impl Verifier {
                 control = checked.control;
                 Some(checked.signed_at)
             }
+            Plan::Square(url) => {
+                square::check(keys, url, headers, body)?;
+                None
+            }
+            Plan::Twilio { url, .. } => {
+                twilio::check(keys, url, query, headers, body)?;
+                None
+            }
+            Plan::Mailgun(_) => Some(mailgun::check(keys, body)?),
+            Plan::Postmark { credentials, .. } => {
+                postmark::check(credentials, headers)?;
+                None
+            }
         };
         if let Some(at) = signed_at
             && !fresh
@@ -435,6 +512,10 @@ impl Verifier {
             }
             Plan::Pubsub(_) => event_id_from_body(body, pubsub::EVENT_ID_POINTER)?,
             Plan::Sns(_) => sns::event_id(body)?,
+            Plan::Square(_) => event_id_from_body(body, square::EVENT_ID_POINTER)?,
+            Plan::Twilio { id, .. } | Plan::Mailgun(id) => id.extract(headers, body)?,
+            Plan::Postmark { id: Some(id), .. } => id.extract(headers, body)?,
+            Plan::Postmark { id: None, .. } => postmark::event_id(body)?,
         };
         Ok(Verified {
             event_id,
@@ -448,97 +529,129 @@ impl Verifier {
     /// time `at`, so that [`verify`](Self::verify) accepts the delivery.
     ///
     /// Where the scheme reads the event id from a header (GitHub's `X-GitHub-Delivery`, Shopify,
-    /// Standard Webhooks, Svix, and a `generic-hmac` or `none` header source) `event_id` is put
-    /// there; where it reads it from the body (Stripe, Slack, Paddle, JSON pointers) the body must
-    /// already hold it and `event_id` is ignored. GitHub gets no hook id header.
+    /// Standard Webhooks, Svix, Twilio, and a `generic-hmac` or `none` header source) `event_id`
+    /// is put there; where it reads it from the body (Stripe, Slack, Paddle, Square, Postmark,
+    /// JSON pointers, form fields) the body must already hold it and `event_id` is ignored.
+    /// GitHub gets no hook id header. Twilio signs `body` as a form.
     ///
     /// For tests and load generation.
     ///
     /// # Errors
     /// [`SignError::HeaderValue`] when `event_id` cannot be sent in a header,
     /// [`SignError::Whitespace`] when it has spaces or tabs around it (HTTP would strip them),
-    /// [`SignError::BeforeEpoch`] when `at` is before 1970.
+    /// [`SignError::BeforeEpoch`] when `at` is before 1970, [`SignError::NeedsRequest`] for
+    /// Mailgun, whose signature goes into the body: use [`sign_request`](Self::sign_request).
     pub fn sign(
         &self,
         event_id: &str,
         at: SystemTime,
         body: &[u8],
     ) -> Result<HeaderMap, SignError> {
+        if matches!(self.plan, Plan::Mailgun(_)) {
+            return Err(SignError::NeedsRequest {
+                scheme: self.scheme.name(),
+            });
+        }
+        Ok(self.sign_request(event_id, at, body, None)?.headers)
+    }
+
+    /// The whole request a sender using this scheme and the **first** secret would send with
+    /// `body` at time `at`: its headers, the query string to add to the URL it posts to (Twilio's
+    /// `bodySHA256`), and the body itself (Mailgun's, with its `signature` block written in).
+    ///
+    /// `content_type` is the body's: Twilio signs an `application/x-www-form-urlencoded` body (or
+    /// one without a type) by its parameters, any other by the `bodySHA256` query parameter.
+    /// Mailgun needs a JSON object (or an empty body) and takes `event_id` as the token when the
+    /// token is the event id. Otherwise as [`sign`](Self::sign).
+    ///
+    /// For tests and load generation.
+    ///
+    /// # Errors
+    /// As [`sign`](Self::sign), and [`SignError::Body`] for a Mailgun body that is not a JSON
+    /// object.
+    pub fn sign_request(
+        &self,
+        event_id: &str,
+        at: SystemTime,
+        body: &[u8],
+        content_type: Option<&str>,
+    ) -> Result<Signed, SignError> {
         let ts = at
             .duration_since(UNIX_EPOCH)
             .map_err(|_| SignError::BeforeEpoch)?
             .as_secs();
-        let mut headers = HeaderMap::new();
-        if let Some(signed) = self.sign_asymmetric(&mut headers, event_id, ts, body) {
-            signed?;
-            return Ok(headers);
+        let mut signed = Signed {
+            headers: HeaderMap::new(),
+            query: None,
+            body: body.to_vec(),
+        };
+        if let Some(result) = self.sign_asymmetric(&mut signed.headers, event_id, ts, body) {
+            result?;
+            return Ok(signed);
         }
+        let headers = &mut signed.headers;
         let Some(key) = self.keys.first() else {
             // `none`: no signature, only the id where the source reads it.
             if let Plan::Unsigned(source) = &self.plan
                 && let Some(name) = source.header()
             {
-                put(&mut headers, name, event_id.to_owned())?;
+                put(headers, name, event_id.to_owned())?;
             }
-            return Ok(headers);
+            return Ok(signed);
         };
         match &self.plan {
             Plan::Stripe => put(
-                &mut headers,
+                headers,
                 &stripe::SIGNATURE_HEADER,
                 stripe::sign_with(key, ts, body),
             )?,
             Plan::Github => {
-                put(&mut headers, &github::DELIVERY_HEADER, event_id.to_owned())?;
+                put(headers, &github::DELIVERY_HEADER, event_id.to_owned())?;
                 put(
-                    &mut headers,
+                    headers,
                     &github::SIGNATURE_HEADER,
                     github::sign_with(key, body),
                 )?;
             }
             Plan::Shopify => {
+                put(headers, &shopify::WEBHOOK_ID_HEADER, event_id.to_owned())?;
                 put(
-                    &mut headers,
-                    &shopify::WEBHOOK_ID_HEADER,
-                    event_id.to_owned(),
-                )?;
-                put(
-                    &mut headers,
+                    headers,
                     &shopify::SIGNATURE_HEADER,
                     shopify::sign_with(key, body),
                 )?;
             }
             Plan::Slack => {
-                put(&mut headers, &slack::TIMESTAMP_HEADER, ts.to_string())?;
+                put(headers, &slack::TIMESTAMP_HEADER, ts.to_string())?;
                 put(
-                    &mut headers,
+                    headers,
                     &slack::SIGNATURE_HEADER,
                     slack::sign_with(key, ts, body),
                 )?;
             }
             Plan::StandardWebhooks(names) => {
-                put(&mut headers, &names.id, event_id.to_owned())?;
-                put(&mut headers, &names.timestamp, ts.to_string())?;
+                put(headers, &names.id, event_id.to_owned())?;
+                put(headers, &names.timestamp, ts.to_string())?;
                 put(
-                    &mut headers,
+                    headers,
                     &names.signature,
                     sw::sign_with(key, event_id, ts, body),
                 )?;
             }
             Plan::Paddle => put(
-                &mut headers,
+                headers,
                 &paddle::SIGNATURE_HEADER,
                 paddle::sign_with(key, ts, body),
             )?,
             Plan::Generic(compiled) => {
                 if let Some(name) = compiled.event_id.header() {
-                    put(&mut headers, name, event_id.to_owned())?;
+                    put(headers, name, event_id.to_owned())?;
                 }
                 if let Some(name) = compiled.timestamp_header() {
-                    put(&mut headers, name, ts.to_string())?;
+                    put(headers, name, ts.to_string())?;
                 }
                 put(
-                    &mut headers,
+                    headers,
                     compiled.header(),
                     compiled.sign_with(key, ts, body),
                 )?;
@@ -546,8 +659,53 @@ impl Verifier {
             Plan::Unsigned(_) => {}
             // Signed (or refused) by `sign_asymmetric` above.
             Plan::Sendgrid | Plan::Pubsub(_) | Plan::Sns(_) => {}
+            Plan::Square(url) => put(
+                headers,
+                &square::SIGNATURE_HEADER,
+                square::sign_with(key, url, body),
+            )?,
+            Plan::Twilio { url, id } => {
+                if let Some(name) = id.header() {
+                    put(headers, name, event_id.to_owned())?;
+                }
+                let form = content_type.is_none_or(|t| {
+                    t.split(';')
+                        .next()
+                        .is_some_and(|t| t.trim().eq_ignore_ascii_case(FORM))
+                });
+                let signature = twilio::sign_with(key, url, body, form);
+                put(headers, &twilio::SIGNATURE_HEADER, signature.header)?;
+                signed.query = signature.query;
+            }
+            Plan::Mailgun(id) => {
+                if let Some(name) = id.header() {
+                    put(headers, name, event_id.to_owned())?;
+                }
+                let token = match id {
+                    IdSource::Pointer(p) if p == mailgun::TOKEN_POINTER => event_id.to_owned(),
+                    // A token of Mailgun's length, distinct per event id and time.
+                    _ => {
+                        use sha2::Digest as _;
+                        let digest = sha2::Sha256::digest(format!("{event_id}.{ts}").as_bytes());
+                        crate::util::hex_encode(&digest)[..50].to_owned()
+                    }
+                };
+                signed.body = mailgun::signed_body(key, ts, &token, body)?;
+            }
+            Plan::Postmark { first, id, .. } => {
+                if let Some(name) = id.as_ref().and_then(IdSource::header) {
+                    put(headers, name, event_id.to_owned())?;
+                }
+                if let Some(credential) = first {
+                    put(
+                        headers,
+                        &http::header::AUTHORIZATION,
+                        postmark::authorization(credential.as_bytes()),
+                    )?;
+                }
+            }
         }
-        Ok(headers)
+        Ok(signed)
     }
 
     /// [`sign`](Self::sign) for the schemes and secrets that sign with a private key, or cannot
@@ -602,6 +760,22 @@ impl Verifier {
             _ => None,
         }
     }
+}
+
+/// `application/x-www-form-urlencoded`.
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// A request as [`Verifier::sign_request`] makes it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Signed {
+    /// The headers to send.
+    pub headers: HeaderMap,
+    /// The query string (without `?`) to add to the URL the request is posted to, where the
+    /// scheme signs one (Twilio's `bodySHA256=..` for a body that is not a form).
+    pub query: Option<String>,
+    /// The body to send: the one given, or (Mailgun) that body with its signature written in.
+    pub body: Vec<u8>,
 }
 
 fn put(headers: &mut HeaderMap, name: &HeaderName, value: String) -> Result<(), SignError> {

@@ -292,9 +292,11 @@ pub struct SourceConfig {
     pub late_duplicates: LateDuplicates,
     #[serde(default = "default_forward_timeout", with = "humantime_serde")]
     pub forward_timeout: Duration,
-    /// Signature timestamp tolerance: a replay guard, not the retry window.
-    #[serde(default = "default_tolerance", with = "humantime_serde")]
-    pub tolerance: Duration,
+    /// Signature timestamp tolerance: a replay guard, not the retry window. Default 5 minutes;
+    /// for Mailgun, whose retries resend the first attempt's timestamp, the retry window plus the
+    /// clock skew ([`SourceConfig::tolerance`]).
+    #[serde(default, with = "humantime_serde")]
+    pub tolerance: Option<Duration>,
     /// `generic-hmac`: the signature's header.
     pub signature_header: Option<String>,
     /// `generic-hmac`: `hex` (default) or `base64`.
@@ -334,6 +336,20 @@ pub struct SourceConfig {
     /// `pubsub` and `sns`: a PEM file of certificate authorities trusted (besides the system's)
     /// for the documents the source fetches: the JWKS, SNS certificates and `SubscribeURL`s.
     pub fetch_ca_file: Option<std::path::PathBuf>,
+    /// `generic-hmac` and `none`: the parameter of a form-encoded body holding the event id
+    /// (Twilio's `MessageSid`). Twilio, Mailgun and Postmark take any of the three `event_id_*`
+    /// keys to read their id elsewhere than their built-in place.
+    pub event_id_field: Option<String>,
+    /// `square` and `twilio` (required there, refused elsewhere): the public URL the sender was
+    /// given for this source, as it shows it; the sender signs it. For Twilio, without its query
+    /// string (each request's own is appended).
+    pub signed_url: Option<String>,
+    /// Any source: the networks (IPv4 or IPv6 CIDR blocks, or single addresses) deliveries are
+    /// accepted from, checked against the connection's peer address before anything else; a
+    /// peer outside them gets 403. Empty (the default): any address. Behind a proxy the peer is
+    /// the proxy: forwarded headers are not trusted.
+    #[serde(default)]
+    pub allow_from: Vec<String>,
 }
 
 /// `sns_subscription`: what a verified SNS `SubscriptionConfirmation` leads to.
@@ -352,9 +368,8 @@ pub enum SnsSubscription {
 fn default_forward_timeout() -> Duration {
     Duration::from_secs(10)
 }
-fn default_tolerance() -> Duration {
-    Duration::from_secs(300)
-}
+/// The tolerance of a source that sets none (Mailgun's aside).
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
 /// A source's validated name and TTL.
 #[derive(Debug, Clone)]
@@ -367,9 +382,27 @@ pub struct SourcePolicy {
     /// The TLS settings of an `https://` `forward_url` (checked: every file named was read);
     /// `None` for `http://`.
     pub tls: Option<idemgate_tls::ClientTls>,
+    /// `allow_from`, parsed: empty for any address.
+    pub allow_from: Vec<crate::allow::Cidr>,
 }
 
 impl SourceConfig {
+    /// The timestamp tolerance: the configured one, or 5 minutes; for Mailgun, the retry window
+    /// plus the clock skew (its preset's, or this source's), since a Mailgun retry resends the
+    /// first attempt's signed timestamp, hours later.
+    pub fn tolerance(&self) -> Duration {
+        if let Some(tolerance) = self.tolerance {
+            return tolerance;
+        }
+        match presets::preset(&self.provider).and_then(|p| p.contract) {
+            Some(c) if self.provider == "mailgun" => self
+                .retry_window
+                .unwrap_or(c.retry_window)
+                .saturating_add(self.clock_skew.unwrap_or(c.clock_skew)),
+            _ => DEFAULT_TOLERANCE,
+        }
+    }
+
     /// The lease: the configured one, or by default long enough for a forward to time out and
     /// be released (twice `forward_timeout`, at least 60 s), but never longer than the TTL.
     pub fn lease(&self, ttl: Duration) -> Duration {
@@ -497,12 +530,30 @@ impl SourceConfig {
             ),
         };
         let tls = self.client_tls(forward_url.as_ref())?;
+        let allow_from = self
+            .allow_from
+            .iter()
+            .map(|block| block.parse().map_err(|why| self.invalid("allow_from", why)))
+            .collect::<Result<_, _>>()?;
+        // Mailgun: a token is refused again only while its record lives; a signature still
+        // within the tolerance after that would be processed a second time.
+        if self.provider == "mailgun" && self.tolerance() > ttl.ttl {
+            return Err(self.invalid(
+                "tolerance",
+                format!(
+                    "{} is longer than the source's TTL of {}: a replayed Mailgun token must still be remembered while its signature is accepted",
+                    Human(self.tolerance()),
+                    Human(ttl.ttl)
+                ),
+            ));
+        }
         Ok(SourcePolicy {
             name,
             ttl,
             lease,
             forward_url,
             tls,
+            allow_from,
         })
     }
 
