@@ -106,7 +106,7 @@ impl Failure {
     fn unreachable(url: &hyper::Uri, err: &(dyn std::error::Error + 'static)) -> Self {
         Self::Unreachable {
             downstream: downstream(url),
-            why: why(err),
+            why: why(err, url.scheme_str() == Some("https")),
         }
     }
 }
@@ -142,12 +142,22 @@ fn downstream(url: &hyper::Uri) -> String {
 
 /// Why a request got no answer, in words: a TLS failure as [`idemgate_tls::explain`] says it
 /// (the unknown issuer, the name the certificate is not valid for), anything else as its chain.
-fn why(err: &(dyn std::error::Error + 'static)) -> String {
+fn why(err: &(dyn std::error::Error + 'static), https: bool) -> String {
     if let Some(tls) = idemgate_tls::find(err) {
-        idemgate_tls::describe(tls)
-    } else {
-        crate::error::ErrorChain(err).to_string()
+        return idemgate_tls::describe(tls);
     }
+    let chain = crate::error::ErrorChain(err).to_string();
+    if https && chain.contains("connection was not ready") {
+        // TLS 1.3 finishes the client's side of the handshake before the server has checked the
+        // client's certificate: a server refusing it closes a connection the client already
+        // holds, and the pool reports only that, without the server's alert.
+        return format!(
+            "the connection closed right after the TLS handshake, before the request was sent: a \
+             server refusing the client certificate (or asking for one when none was presented) \
+             does this under TLS 1.3; its log says which ({chain})"
+        );
+    }
+    chain
 }
 
 /// What the downstream receives besides the body.
@@ -242,7 +252,7 @@ pub(crate) async fn get(
             }
             Err(e) => Err(Failure::Unreachable {
                 downstream: downstream(url),
-                why: why(&*e),
+                why: why(&*e, url.scheme_str() == Some("https")),
             }),
         }
     };

@@ -195,12 +195,16 @@ async fn a_downstream_requiring_a_client_certificate_takes_the_source_with_one_o
     let r = deliver(&gw, "d-1").await;
     assert_eq!((r.status, r.outcome()), (502, "forward_unreachable"));
     let why = detail(&r);
+    // Under TLS 1.3 the server's alert may lose the race with the pool taking the connection:
+    // then the gateway says what such a close means.
     assert!(
-        why.contains("the server requires a client certificate, and none was presented"),
+        why.contains("the server requires a client certificate, and none was presented")
+            || why.contains("a server refusing the client certificate"),
         "{why}"
     );
     assert_eq!(down.total(), 0);
-    assert_eq!(down.refused().len(), 1, "{:?}", down.refused());
+    let refused = down.refused().len();
+    assert!(refused >= 1, "{:?}", down.refused());
     gw.stop().await;
 
     // A client certificate from an authority the downstream does not trust is refused too.
@@ -218,11 +222,12 @@ async fn a_downstream_requiring_a_client_certificate_takes_the_source_with_one_o
     assert_eq!((r.status, r.outcome()), (502, "forward_unreachable"));
     let why = detail(&r);
     assert!(
-        why.contains("the server refused the client certificate"),
+        why.contains("the server refused the client certificate")
+            || why.contains("a server refusing the client certificate"),
         "{why}"
     );
     assert_eq!(down.total(), 0);
-    assert_eq!(down.refused().len(), 2, "{:?}", down.refused());
+    assert!(down.refused().len() > refused, "{:?}", down.refused());
     gw.stop().await;
 
     let gw =
