@@ -44,6 +44,18 @@ pub(crate) struct SendArgs {
     /// Print one JSON object per answer.
     #[arg(long)]
     json: bool,
+    /// pubsub and sns: the test signing key (RSA, PKCS#8 PEM) standing in for Google's or
+    /// Amazon's, whose public half the source trusts (a key of its `jwks_file`, or the
+    /// certificate at --signing-cert-url).
+    #[arg(long, value_name = "FILE")]
+    signing_key: Option<PathBuf>,
+    /// pubsub: the token's key id (`kid`) [default: the first key's in the source's `jwks_file`].
+    #[arg(long)]
+    key_id: Option<String>,
+    /// sns: the `SigningCertURL` the message names: the certificate of --signing-key, served
+    /// over https on a host the source's `cert_hosts` allow.
+    #[arg(long, value_name = "URL")]
+    signing_cert_url: Option<String>,
 }
 
 pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
@@ -70,8 +82,18 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         .then(|| config.api_tokens.first().cloned())
         .flatten();
 
+    // Pub/Sub and SNS sign with keys no verifier holds: a test key stands in for the sender's.
+    let external = match signer.scheme() {
+        idemgate::Scheme::Pubsub(_) | idemgate::Scheme::Sns(_) => {
+            Some(External::new(&args, sc).map_err(Usage)?)
+        }
+        _ => None,
+    };
     let (event_id, body) = if signer.scheme().is_batch() {
         batch(&args)?
+    } else if external.is_some() {
+        // The id goes into the envelope the sender wraps the payload in.
+        delivery(&args, None)?
     } else {
         delivery(&args, signer.scheme().body_event_id())?
     };
@@ -107,9 +129,12 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         };
         // The whole request: Twilio signs a query parameter the URL must carry, Mailgun writes
         // its signature into the body.
-        let signed = signer
-            .sign_request(&event_id, at, &body, Some(&args.content_type))
-            .map_err(|e| Usage(format!("cannot sign for {:?}: {e}", sc.name)))?;
+        let signed = match &external {
+            // A retry carries the first attempt's envelope (its publishTime or Timestamp).
+            Some(external) => external.sign(&event_id, at, first_attempt, &body),
+            None => signer.sign_request(&event_id, at, &body, Some(&args.content_type)),
+        }
+        .map_err(|e| Usage(format!("cannot sign for {:?}: {e}", sc.name)))?;
         let target = match &signed.query {
             Some(query) => format!("{url}?{query}")
                 .parse::<hyper::Uri>()
@@ -157,6 +182,154 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         anyhow::bail!("{failed} of {} answers were not 2xx", args.repeat);
     }
     Ok(())
+}
+
+/// A Pub/Sub push or an SNS notification, signed with a test key standing in for the sender's.
+enum External {
+    Pubsub {
+        key: Vec<u8>,
+        kid: String,
+        audience: String,
+        email: Option<String>,
+    },
+    Sns {
+        key: Vec<u8>,
+        cert_url: String,
+    },
+}
+
+impl External {
+    /// The signing key and what the source expects of the message, from the flags and the
+    /// source's config; a missing flag is named.
+    fn new(args: &SendArgs, sc: &idemgate_gateway::config::SourceConfig) -> Result<Self, String> {
+        let Some(path) = &args.signing_key else {
+            return Err(format!(
+                "source {:?} ({}) is signed with the sender's own key: give a test key with \
+                 --signing-key FILE (RSA, PKCS#8 PEM) whose public half the source trusts",
+                sc.name, sc.provider
+            ));
+        };
+        let key =
+            std::fs::read(path).map_err(|e| format!("--signing-key {}: {e}", path.display()))?;
+        if sc.provider == "sns" {
+            let Some(cert_url) = args.signing_cert_url.clone() else {
+                return Err(format!(
+                    "source {:?} (sns) fetches the certificate the message names: give \
+                     --signing-cert-url https://... (the certificate of --signing-key, on a host \
+                     its cert_hosts allow)",
+                    sc.name
+                ));
+            };
+            return Ok(Self::Sns { key, cert_url });
+        }
+        let kid = match (&args.key_id, &sc.jwks_file) {
+            (Some(kid), _) => kid.clone(),
+            (None, Some(file)) => first_kid(file)?,
+            (None, None) => {
+                return Err(format!(
+                    "source {:?} has no jwks_file to take a key id from: give --key-id",
+                    sc.name
+                ));
+            }
+        };
+        Ok(Self::Pubsub {
+            key,
+            kid,
+            audience: sc.audience.clone().unwrap_or_default(),
+            email: sc.service_account.clone(),
+        })
+    }
+
+    /// The delivery of `payload` as event `id`, first published at `first` and sent at `at`:
+    /// Pub/Sub signs a fresh token for each attempt around the same message, SNS resends the same
+    /// signed message.
+    fn sign(
+        &self,
+        id: &str,
+        at: SystemTime,
+        first: SystemTime,
+        payload: &[u8],
+    ) -> Result<idemgate_providers::Signed, idemgate_providers::SignError> {
+        use base64::Engine as _;
+        let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let time = humantime::format_rfc3339_millis(first).to_string();
+        let mut headers = http::HeaderMap::new();
+        let header = |v: &str| {
+            http::HeaderValue::from_str(v).map_err(|_| idemgate_providers::SignError::Message {
+                why: format!("{v:?} cannot be sent in a header"),
+            })
+        };
+        let body = match self {
+            Self::Pubsub {
+                key,
+                kid,
+                audience,
+                email,
+            } => {
+                let mut claims = json!({
+                    "aud": audience, "iss": "https://accounts.google.com", "sub": "idemgate-send",
+                    "iat": secs, "exp": secs + 3600,
+                });
+                if let Some(email) = email {
+                    claims["email"] = json!(email);
+                    claims["email_verified"] = json!(true);
+                }
+                let token = idemgate_providers::pubsub::sign_token(key, kid, &claims)?;
+                headers.insert(
+                    http::header::AUTHORIZATION,
+                    header(&format!("Bearer {token}"))?,
+                );
+                json!({
+                    "message": {
+                        "data": base64::engine::general_purpose::STANDARD.encode(payload),
+                        "messageId": id,
+                        "publishTime": time,
+                        "attributes": {},
+                    },
+                    "subscription": "projects/idemgate/subscriptions/idemgate-send",
+                })
+            }
+            Self::Sns { key, cert_url } => {
+                let topic = "arn:aws:sns:us-east-1:000000000000:idemgate-send";
+                let message: serde_json::Map<String, Value> = [
+                    ("Type", json!("Notification")),
+                    ("MessageId", json!(id)),
+                    ("TopicArn", json!(topic)),
+                    ("Message", json!(String::from_utf8_lossy(payload))),
+                    ("Timestamp", json!(time)),
+                    ("SignatureVersion", json!("2")),
+                    ("SigningCertURL", json!(cert_url)),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+                headers.insert("x-amz-sns-message-type", header("Notification")?);
+                headers.insert("x-amz-sns-message-id", header(id)?);
+                headers.insert("x-amz-sns-topic-arn", header(topic)?);
+                Value::Object(idemgate_providers::sns::sign(key, &message)?)
+            }
+        };
+        Ok(idemgate_providers::Signed::new(
+            headers,
+            serde_json::to_vec(&body).expect("a JSON value serializes"),
+        ))
+    }
+}
+
+/// The `kid` of the first key in a JWKS file.
+fn first_kid(file: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read(file).map_err(|e| format!("jwks_file {}: {e}", file.display()))?;
+    let doc: Value = serde_json::from_slice(&text)
+        .map_err(|e| format!("jwks_file {}: not JSON: {e}", file.display()))?;
+    doc.pointer("/keys/0/kid")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            format!(
+                "jwks_file {}: its first key has no kid: give --key-id",
+                file.display()
+            )
+        })
 }
 
 /// What the gateway said, in a few words: the attempt and the downstream's status, or the
@@ -301,5 +474,70 @@ mod tests {
         assert_eq!(local("0.0.0.0:8080"), "127.0.0.1:8080");
         assert_eq!(local("[::]:80"), "[::1]:80");
         assert_eq!(local("localhost:8080"), "localhost:8080");
+    }
+}
+
+#[cfg(test)]
+mod external_tests {
+    use std::time::{Duration, SystemTime};
+
+    use idemgate_providers::sns::Sns;
+    use idemgate_providers::{Delivery, Scheme, Verifier};
+
+    use super::External;
+
+    const FIXTURES: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../providers/tests/fixtures/sns"
+    );
+
+    /// An SNS notification signed with the test key verifies against its certificate as the
+    /// gateway checks it, and a retry resends the same message.
+    #[test]
+    fn an_sns_notification_signed_with_a_test_key_verifies_and_its_retry_is_the_same() {
+        let key = std::fs::read(format!("{FIXTURES}/signing-key.pem")).unwrap();
+        let cert = std::fs::read(format!("{FIXTURES}/signing-cert.pem")).unwrap();
+        let cert_url = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-test.pem";
+        let external = External::Sns {
+            key,
+            cert_url: cert_url.to_owned(),
+        };
+        let first = SystemTime::now();
+        let signed = external
+            .sign("msg-1", first, first, br#"{"order":1}"#)
+            .unwrap();
+        let verifier = Verifier::new(
+            Scheme::Sns(Sns::default()),
+            vec![],
+            Verifier::DEFAULT_TOLERANCE,
+        )
+        .unwrap();
+        let delivery = Delivery::new(&signed.headers, &signed.body);
+        let needed = verifier.needs(&delivery).unwrap().expect("the certificate");
+        assert_eq!(needed.url, cert_url);
+        let verified = verifier
+            .verify_delivery(&delivery.with_document(&needed.url, &cert), first)
+            .unwrap();
+        assert_eq!(verified.event_id.as_str(), "msg-1");
+
+        let retry = external
+            .sign(
+                "msg-1",
+                first + Duration::from_secs(30),
+                first,
+                br#"{"order":1}"#,
+            )
+            .unwrap();
+        assert_eq!(retry.body, signed.body);
+
+        // Another body under the same signature is refused.
+        let mut tampered: serde_json::Value = serde_json::from_slice(&signed.body).unwrap();
+        tampered["Message"] = serde_json::json!("{\"order\":2}");
+        let tampered = serde_json::to_vec(&tampered).unwrap();
+        let delivery = Delivery::new(&signed.headers, &tampered);
+        let err = verifier
+            .verify_delivery(&delivery.with_document(cert_url, &cert), first)
+            .unwrap_err();
+        assert_eq!(err.kind(), "bad_signature", "{err}");
     }
 }

@@ -5,6 +5,20 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The providers' test fixtures: keys that sign as SendGrid, a Standard Webhooks `v1a` sender and
+/// Pub/Sub's push service would (the last standing in for Google's).
+const SENDGRID: &str = include_str!("../../providers/tests/fixtures/sendgrid/vectors.json");
+const STANDARD: &str =
+    include_str!("../../providers/tests/fixtures/standard-webhooks/vectors.json");
+const PUBSUB: &str = include_str!("../../providers/tests/fixtures/pubsub/vectors.json");
+const PUBSUB_KEY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../providers/tests/fixtures/pubsub/signing-key.pem"
+);
+
+fn fixture(text: &str, key: &str) -> serde_json::Value {
+    serde_json::from_str::<serde_json::Value>(text).unwrap()[key].clone()
+}
 
 fn config(port: u16, data: &std::path::Path) -> String {
     let mut text = format!(
@@ -61,6 +75,18 @@ fn config(port: u16, data: &std::path::Path) -> String {
     text.push_str(
         "[[source]]\nname = \"internal\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"X-Id\"\n",
     );
+    // Public-key senders: the private key signs (and verifies by its public half).
+    let sendgrid = fixture(SENDGRID, "signing_key");
+    let v1a = fixture(STANDARD, "signing_key");
+    let jwks = data.with_extension("jwks.json");
+    std::fs::write(&jwks, fixture(PUBSUB, "jwks").to_string()).unwrap();
+    text.push_str(&format!(
+        "[[source]]\nname = \"sendgrid\"\nprovider = \"sendgrid\"\nsecrets = [{sendgrid}]\n\n\
+         [[source]]\nname = \"std-v1a\"\nprovider = \"standard-webhooks\"\nsecrets = [{v1a}]\n\n\
+         [[source]]\nname = \"pubsub\"\nprovider = \"pubsub\"\naudience = {}\njwks_file = {:?}\n",
+        fixture(PUBSUB, "audience"),
+        jwks.display().to_string()
+    ));
     text
 }
 
@@ -127,8 +153,14 @@ fn send_signs_for_every_scheme_and_the_gateway_accepts_it_once() {
         "mailgun",
         "postmark",
         "internal",
+        "std-v1a",
+        "pubsub",
     ] {
-        let out = idemgate(&["send", source, "--config", &path, "--repeat", "2", "--json"]);
+        let mut args = vec!["send", source, "--config", &path, "--repeat", "2", "--json"];
+        if source == "pubsub" {
+            args.extend(["--signing-key", PUBSUB_KEY]);
+        }
+        let out = idemgate(&args);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -146,6 +178,31 @@ fn send_signs_for_every_scheme_and_the_gateway_accepts_it_once() {
         assert_eq!(outcomes, ["accepted", "duplicate"], "{source}: {stdout}");
         assert_eq!(answers[0]["event_id"], answers[1]["event_id"]);
     }
+    // A SendGrid batch: one claim per event; sent twice, every event is a duplicate.
+    let out = idemgate(&[
+        "send", "sendgrid", "--config", &path, "--repeat", "2", "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{stdout}");
+    assert!(answers.iter().all(|a| a["outcome"] == "batch"), "{stdout}");
+    assert!(
+        answers[0]["answer"]["processed"].as_u64().unwrap() >= 1,
+        "{stdout}"
+    );
+    assert_eq!(answers[1]["answer"]["processed"], 0, "{stdout}");
+    // Pub/Sub without a test key is refused before sending, saying what to give.
+    let out = idemgate(&["send", "pubsub", "--config", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--signing-key"));
     // A body of the user's, with the id where the source reads it.
     let body = dir.path().join("event.json");
     std::fs::write(&body, r#"{"id":"evt_from_file","object":"event"}"#).unwrap();

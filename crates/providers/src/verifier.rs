@@ -752,10 +752,10 @@ impl Verifier {
                 })())
             }
             Plan::Pubsub(_) => cannot(
-                "its tokens are Google's, signed with keys a verifier never holds (tests: pubsub::sign_token with a test key and its JWKS)",
+                "its tokens are Google's, signed with keys a verifier never holds (idemgate send --signing-key signs with a test key its jwks_file holds; in code, pubsub::sign_token)",
             ),
             Plan::Sns(_) => cannot(
-                "its messages are AWS's, signed with keys a verifier never holds (tests: sns::sign with a test key and its certificate)",
+                "its messages are AWS's, signed with keys a verifier never holds (idemgate send --signing-key --signing-cert-url signs with a test key and its certificate; in code, sns::sign)",
             ),
             _ => None,
         }
@@ -776,6 +776,18 @@ pub struct Signed {
     pub query: Option<String>,
     /// The body to send: the one given, or (Mailgun) that body with its signature written in.
     pub body: Vec<u8>,
+}
+
+impl Signed {
+    /// A request of `headers` and `body`, with no query: for senders signed outside a
+    /// [`Verifier`] (Pub/Sub's token, an SNS message, each with a test key).
+    pub fn new(headers: HeaderMap, body: Vec<u8>) -> Self {
+        Self {
+            headers,
+            query: None,
+            body,
+        }
+    }
 }
 
 fn put(headers: &mut HeaderMap, name: &HeaderName, value: String) -> Result<(), SignError> {
