@@ -3,7 +3,8 @@
 use idemgate_core::StoreError;
 use tokio_postgres::error::SqlState;
 
-use crate::config::{ConfigError, PgConfig};
+use crate::config::PgConfig;
+use crate::config_error::ConfigError;
 use crate::tls::SslMode;
 
 /// Why a PostgreSQL store operation failed.

@@ -47,6 +47,7 @@
 //! Timestamps reach Rust as epoch milliseconds.
 
 pub mod config;
+mod config_error;
 pub mod connector;
 pub mod error;
 pub mod migrate;

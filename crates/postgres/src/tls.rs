@@ -13,7 +13,7 @@ use std::str::FromStr;
 use idemgate_tls::{ClientTls, TlsError, Verify};
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 
 /// How much TLS a connection insists on, as libpq's `sslmode` says it.
 ///
@@ -354,7 +354,10 @@ impl PgTls {
             }
             (SslMode::VerifyCa, None) => return Err(ConfigError::NeedsCa { key: CA_KEY }),
             (mode, Some(Roots::System)) => {
-                return Err(ConfigError::SystemRoots { key: CA_KEY, mode });
+                return Err(ConfigError::SystemRoots {
+                    key: CA_KEY,
+                    mode: mode.as_str(),
+                });
             }
             (SslMode::Disable, Some(_)) => unreachable!("refused above"),
         };
