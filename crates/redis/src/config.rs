@@ -1,9 +1,10 @@
 //! Configuration of both modes.
 
 use std::num::NonZeroUsize;
+use std::path::Path;
 use std::time::Duration;
 
-use idemgate_tls::TlsError;
+use idemgate_tls::{ClientTls, TlsError, Verify};
 use redis::{ConnectionAddr, IntoConnectionInfo, TlsCertificates};
 
 pub use crate::tls::RedisTls;
@@ -426,6 +427,99 @@ impl ConfigError {
             Some(problem) => problem.to_owned(),
             None => text,
         }
+    }
+}
+
+impl RedisTls {
+    /// Checks the files against a target that does (`tls`) or does not use TLS, and reads them
+    /// for the redis crate: `None` when nothing is set (a `rediss://` target then trusts the
+    /// system's authorities).
+    fn certificates(
+        &self,
+        tls: bool,
+        keys: &TargetKeys,
+    ) -> Result<Option<TlsCertificates>, ConfigError> {
+        let k = &keys.tls;
+        let files = [
+            (k.ca_file, &self.ca_file),
+            (k.client_cert, &self.client_cert),
+            (k.client_key, &self.client_key),
+        ];
+        let Some((first_set, _)) = files.iter().find(|(_, file)| file.is_some()) else {
+            return Ok(None);
+        };
+        if !tls {
+            return Err(ConfigError::TlsWithoutRediss {
+                key: first_set,
+                url_key: keys.url,
+            });
+        }
+        let (client_cert, client_key) = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => (Some(cert), Some(key)),
+            (Some(_), None) => {
+                return Err(ConfigError::HalfIdentity {
+                    key: k.client_key,
+                    other: k.client_cert,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::HalfIdentity {
+                    key: k.client_cert,
+                    other: k.client_key,
+                });
+            }
+            (None, None) => (None, None),
+        };
+        // The files as rustls will take them: every CA certificate a trust anchor, the client
+        // certificate and key parsed and matching.
+        let check = ClientTls {
+            ca_file: self.ca_file.clone(),
+            system_roots: false,
+            client_cert: client_cert.cloned(),
+            client_key: client_key.cloned(),
+            verify: if self.ca_file.is_some() {
+                Verify::Full
+            } else {
+                Verify::EncryptOnly
+            },
+        };
+        check.config().map_err(|error| {
+            let key = match &error {
+                TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
+                    "CA file" => k.ca_file,
+                    "client key" => k.client_key,
+                    _ => k.client_cert,
+                },
+                TlsError::Anchor { .. } | TlsError::NoRoots => k.ca_file,
+                _ => k.client_cert,
+            };
+            ConfigError::Tls { key, error }
+        })?;
+        let read = |key: &'static str, what: &'static str, path: &Path| {
+            std::fs::read(path).map_err(|io| ConfigError::Tls {
+                key,
+                error: TlsError::Read {
+                    what,
+                    path: path.to_owned(),
+                    io,
+                },
+            })
+        };
+        let root_cert = match &self.ca_file {
+            Some(path) => Some(read(k.ca_file, "CA file", path)?),
+            None => None,
+        };
+        let client_tls = match (client_cert, client_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(k.client_cert, "client certificate", cert)?,
+                client_key: read(k.client_key, "client key", key)?,
+            }),
+            _ => None,
+        };
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
     }
 }
 

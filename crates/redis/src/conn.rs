@@ -12,6 +12,7 @@ use redis::{
 };
 
 use crate::config::Target;
+use crate::tls::tls_reason;
 
 /// A multiplexed connection (cheap to clone) that reconnects by itself.
 #[derive(Clone)]
@@ -283,5 +284,41 @@ impl ConnectionLike for Conn {
             Self::Single(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
         }
+    }
+}
+/// Why the TLS handshake failed, in words, when `err` is a TLS failure connecting to `target`.
+///
+/// A Cluster client keeps only the text of its nodes' errors, so for a Cluster the first seed
+/// node is connected to alone, once, to hear the reason (only after a failure, and only for a
+/// `rediss://` Cluster).
+pub(crate) async fn tls_failure(
+    target: &Target,
+    certs: Option<&TlsCertificates>,
+    connect_timeout: Duration,
+    err: &redis::RedisError,
+) -> Option<String> {
+    if let Some(reason) = tls_reason(err) {
+        return Some(reason);
+    }
+    let Target::Cluster(nodes) = target else {
+        return None;
+    };
+    let first = nodes.first()?;
+    let client = client(first, certs).ok()?;
+    if !matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    ) {
+        return None;
+    }
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(connect_timeout));
+    match client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    {
+        Ok(_) => None,
+        Err(e) => tls_reason(&e),
     }
 }

@@ -6,7 +6,6 @@ use idemgate_core::StoreError;
 use redis::TlsCertificates;
 
 use crate::config::{ConfigError, Target};
-use crate::tls;
 
 /// Why a Redis store operation (or its start) failed.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +62,7 @@ impl RedisError {
         source: redis::RedisError,
         otherwise: impl FnOnce(redis::RedisError) -> Self,
     ) -> Self {
-        match tls::tls_failure(target, certs, connect_timeout, &source).await {
+        match crate::conn::tls_failure(target, certs, connect_timeout, &source).await {
             Some(reason) => Self::Tls {
                 target: target.describe(),
                 reason,

@@ -1,15 +1,9 @@
-//! TLS for `rediss://` targets: [`RedisTls`] (the CA file and client certificate), the check of
-//! its files against the target, and TLS failures in words.
+//! TLS for `rediss://` targets: [`RedisTls`] (the CA file and client certificate) and TLS
+//! failures in words. Its files are checked against the target in `config.rs`; a Cluster's
+//! failure is heard again in `conn.rs`.
 
 use std::error::Error;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use idemgate_tls::{ClientTls, TlsError, Verify};
-use redis::TlsCertificates;
-
-use crate::config::{ConfigError, Target, TargetKeys};
-use crate::conn;
+use std::path::PathBuf;
 
 /// TLS for `rediss://` targets, beyond the URL: whom to trust, and a client certificate.
 ///
@@ -32,142 +26,12 @@ pub struct RedisTls {
     pub client_key: Option<PathBuf>,
 }
 
-impl RedisTls {
-    /// Checks the files against a target that does (`tls`) or does not use TLS, and reads them
-    /// for the redis crate: `None` when nothing is set (a `rediss://` target then trusts the
-    /// system's authorities).
-    pub(crate) fn certificates(
-        &self,
-        tls: bool,
-        keys: &TargetKeys,
-    ) -> Result<Option<TlsCertificates>, ConfigError> {
-        let k = &keys.tls;
-        let files = [
-            (k.ca_file, &self.ca_file),
-            (k.client_cert, &self.client_cert),
-            (k.client_key, &self.client_key),
-        ];
-        let Some((first_set, _)) = files.iter().find(|(_, file)| file.is_some()) else {
-            return Ok(None);
-        };
-        if !tls {
-            return Err(ConfigError::TlsWithoutRediss {
-                key: first_set,
-                url_key: keys.url,
-            });
-        }
-        let (client_cert, client_key) = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => (Some(cert), Some(key)),
-            (Some(_), None) => {
-                return Err(ConfigError::HalfIdentity {
-                    key: k.client_key,
-                    other: k.client_cert,
-                });
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError::HalfIdentity {
-                    key: k.client_cert,
-                    other: k.client_key,
-                });
-            }
-            (None, None) => (None, None),
-        };
-        // The files as rustls will take them: every CA certificate a trust anchor, the client
-        // certificate and key parsed and matching.
-        let check = ClientTls {
-            ca_file: self.ca_file.clone(),
-            system_roots: false,
-            client_cert: client_cert.cloned(),
-            client_key: client_key.cloned(),
-            verify: if self.ca_file.is_some() {
-                Verify::Full
-            } else {
-                Verify::EncryptOnly
-            },
-        };
-        check.config().map_err(|error| {
-            let key = match &error {
-                TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
-                    "CA file" => k.ca_file,
-                    "client key" => k.client_key,
-                    _ => k.client_cert,
-                },
-                TlsError::Anchor { .. } | TlsError::NoRoots => k.ca_file,
-                _ => k.client_cert,
-            };
-            ConfigError::Tls { key, error }
-        })?;
-        let read = |key: &'static str, what: &'static str, path: &Path| {
-            std::fs::read(path).map_err(|io| ConfigError::Tls {
-                key,
-                error: TlsError::Read {
-                    what,
-                    path: path.to_owned(),
-                    io,
-                },
-            })
-        };
-        let root_cert = match &self.ca_file {
-            Some(path) => Some(read(k.ca_file, "CA file", path)?),
-            None => None,
-        };
-        let client_tls = match (client_cert, client_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(k.client_cert, "client certificate", cert)?,
-                client_key: read(k.client_key, "client key", key)?,
-            }),
-            _ => None,
-        };
-        Ok(Some(TlsCertificates {
-            client_tls,
-            root_cert,
-        }))
-    }
-}
-
 /// What the errors about [`RedisTls`] call its fields.
 #[derive(Debug)]
 pub(crate) struct TlsKeys {
     pub(crate) ca_file: &'static str,
     pub(crate) client_cert: &'static str,
     pub(crate) client_key: &'static str,
-}
-
-/// Why the TLS handshake failed, in words, when `err` is a TLS failure connecting to `target`.
-///
-/// A Cluster client keeps only the text of its nodes' errors, so for a Cluster the first seed
-/// node is connected to alone, once, to hear the reason (only after a failure, and only for a
-/// `rediss://` Cluster).
-pub(crate) async fn tls_failure(
-    target: &Target,
-    certs: Option<&TlsCertificates>,
-    connect_timeout: Duration,
-    err: &redis::RedisError,
-) -> Option<String> {
-    if let Some(reason) = tls_reason(err) {
-        return Some(reason);
-    }
-    let Target::Cluster(nodes) = target else {
-        return None;
-    };
-    let first = nodes.first()?;
-    let client = conn::client(first, certs).ok()?;
-    if !matches!(
-        client.get_connection_info().addr(),
-        redis::ConnectionAddr::TcpTls { .. }
-    ) {
-        return None;
-    }
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(connect_timeout));
-    match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(_) => None,
-        Err(e) => tls_reason(&e),
-    }
 }
 
 /// The TLS failure in `err`'s chain, in words ([`idemgate_tls::describe`]).
