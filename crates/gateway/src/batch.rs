@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio::task::JoinSet;
 
 use crate::error::AppError;
-use crate::ingest::{Handled, handle};
+use crate::event::{Handled, handle};
 use crate::outcome::Outcome;
 use crate::{AppState, Source};
 

@@ -8,6 +8,9 @@
 //! - `Duplicate`: 200, nothing forwarded. `InFlight`: 409 with `Retry-After`. `Conflict`: 200 or
 //!   409, by the source's `on_conflict`.
 //!
+//! One event's claim and forward (or queueing, in inbox mode) is `event.rs`; a SendGrid batch,
+//! each of its events claimed on its own, is `batch.rs`.
+//!
 //! If the request is dropped while the claim is held (the sender hung up, or shutdown's grace ran
 //! out), a guard releases the claim so the next delivery is processed.
 
@@ -17,22 +20,19 @@ use axum::body::{Body, Bytes};
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemgate::{Claimed, Once, ProcessError};
-use idemgate_core::inbox::QueuedItem;
-use idemgate_core::{ClaimOutcome, Fingerprint, Key};
+use idemgate_core::{Fingerprint, Key};
 use idemgate_providers::{
     Control, GenericHmac, KeySource, MailgunScheme, NoneScheme, PostmarkScheme, Scheme, Secret,
     SquareScheme, TwilioScheme, Verified, Verifier, VerifyError,
 };
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigError, Mode, OnConflict, SnsSubscription, SourceConfig};
+use crate::config::{ConfigError, SnsSubscription, SourceConfig};
 use crate::error::{AppError, ErrorChain};
-use crate::forward::{self, Delivery, Failure};
+use crate::event::{Answer, handle};
 use crate::outcome::Outcome;
 use crate::{AppState, Source};
 
@@ -115,174 +115,6 @@ async fn receive(
     Ok(handle(state, src, claim, body, content_type)
         .await?
         .into_response())
-}
-
-/// What became of one event: its outcome and the answer's body, and the status (200, or 202
-/// when queued).
-pub(crate) struct Handled {
-    pub(crate) outcome: Outcome,
-    pub(crate) answer: Answer,
-    pub(crate) status: StatusCode,
-}
-
-impl Handled {
-    fn ok(outcome: Outcome, answer: Answer) -> Self {
-        Self {
-            outcome,
-            answer,
-            status: StatusCode::OK,
-        }
-    }
-
-    fn into_response(mut self) -> Response {
-        if self.answer.challenge.is_none() {
-            self.answer.outcome = Some(self.outcome);
-        }
-        self.outcome
-            .on((self.status, axum::Json(self.answer)).into_response())
-    }
-}
-
-/// One event, claimed under `claim`: queued (inbox mode), or forwarded (or just accepted) under
-/// the claim, whose 2xx completes it while anything else releases it so the sender's retry is
-/// processed.
-///
-/// # Errors
-/// The [`AppError`] to answer with: in flight, a conflict the source rejects, a store failure,
-/// a forward that failed.
-pub(crate) async fn handle(
-    state: &AppState,
-    src: &Source,
-    claim: idemgate_core::ClaimRequest,
-    body: Bytes,
-    content_type: Option<HeaderValue>,
-) -> Result<Handled, AppError> {
-    if src.mode == Mode::Inbox {
-        return queue(state, src, claim, body, content_type).await;
-    }
-    // One caller of `process_once`.
-    let once = state
-        .dedup
-        .process_once(claim, |claimed: Claimed| async move {
-            let attempt = claimed.token.attempt;
-            let Some(url) = &src.forward_url else {
-                return Ok((attempt, None));
-            };
-            let delivery = Delivery {
-                key: &claimed.token.key,
-                attempt,
-                content_type: content_type.as_ref(),
-            };
-            forward::forward(&src.client, url, body, delivery, src.forward_timeout)
-                .await
-                .map(|status| (attempt, Some(status)))
-        })
-        .await;
-    match once {
-        Ok(Once::Processed((attempt, None))) => Ok(Handled::ok(
-            Outcome::Accepted,
-            Answer {
-                attempt: Some(attempt),
-                ..Answer::default()
-            },
-        )),
-        // The downstream has it: the sender is told so, whatever the store said of the
-        // completion (one it missed is retried until it takes it).
-        Ok(Once::Processed((attempt, Some(status)))) => Ok(Handled::ok(
-            Outcome::Forwarded,
-            Answer {
-                attempt: Some(attempt),
-                downstream_status: Some(status),
-                ..Answer::default()
-            },
-        )),
-        Ok(Once::LateDuplicate { first_seen }) => Ok(Handled::ok(
-            Outcome::LateDuplicate,
-            Answer::first_seen(first_seen),
-        )),
-        Ok(Once::Duplicate {
-            first_seen: Some(first_seen),
-        }) => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer::first_seen(first_seen),
-        )),
-        // Processed here a moment ago; the store has not taken the completion yet.
-        Ok(Once::Duplicate { first_seen: None }) => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer {
-                completion: Some("pending"),
-                ..Answer::default()
-            },
-        )),
-        Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
-        Ok(Once::Conflict { first_seen }) => match src.on_conflict {
-            OnConflict::Duplicate => Ok(Handled::ok(
-                Outcome::Conflict,
-                Answer::first_seen(first_seen),
-            )),
-            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
-        },
-        Err(ProcessError::Store(e)) => Err(e.into()),
-        Err(ProcessError::Failed(failure)) => Err(match failure {
-            Failure::Status { status, .. } => AppError::ForwardFailed { status },
-            Failure::Unreachable { downstream, why } => {
-                tracing::warn!(source = %src.name, %downstream, error = %why, "downstream unreachable");
-                AppError::ForwardUnreachable { why }
-            }
-            Failure::Timeout(_) => AppError::ForwardTimeout {
-                timeout: src.forward_timeout,
-            },
-            // Only a GET has a length limit; a forward reads any answer.
-            failure @ Failure::TooLarge { .. } => AppError::ForwardUnreachable {
-                why: failure.to_string(),
-            },
-        }),
-    }
-}
-
-/// Inbox mode: the claim and the queue item in one step, then 202; every later delivery of the
-/// event is a duplicate, whatever became of its dispatch.
-async fn queue(
-    state: &AppState,
-    src: &Source,
-    claim: idemgate_core::ClaimRequest,
-    body: Bytes,
-    content_type: Option<HeaderValue>,
-) -> Result<Handled, AppError> {
-    let item = QueuedItem {
-        body: body.to_vec(),
-        content_type: content_type
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        headers: Vec::new(),
-    };
-    match state.enqueue(claim, item).await? {
-        ClaimOutcome::Claimed { token, .. } => Ok(Handled {
-            outcome: Outcome::Queued,
-            answer: Answer {
-                attempt: Some(token.attempt),
-                ..Answer::default()
-            },
-            status: StatusCode::ACCEPTED,
-        }),
-        ClaimOutcome::Duplicate { first_seen, .. } => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer::first_seen(first_seen),
-        )),
-        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(Handled::ok(
-            Outcome::LateDuplicate,
-            Answer::first_seen(first_seen),
-        )),
-        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
-        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
-            OnConflict::Duplicate => Ok(Handled::ok(
-                Outcome::Conflict,
-                Answer::first_seen(first_seen),
-            )),
-            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
-        },
-    }
 }
 
 /// Verifies a delivery, first fetching (or taking the kept copy of) the document its check needs
@@ -378,41 +210,6 @@ fn slack_challenge(src: &Source, body: &[u8]) -> Option<String> {
     (v.get("type")?.as_str()? == "url_verification")
         .then(|| v.get("challenge")?.as_str().map(str::to_owned))
         .flatten()
-}
-
-/// The body of a delivery's answer (200): its outcome and what goes with it.
-#[derive(Debug, Default, Serialize)]
-pub(crate) struct Answer {
-    /// Filled in by [`answer`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    outcome: Option<Outcome>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) attempt: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) downstream_status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) first_seen: Option<String>,
-    /// `pending`: processed here, the store has not taken the completion yet.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    completion: Option<&'static str>,
-    /// Slack's URL verification.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    challenge: Option<String>,
-    /// SNS's subscription handshake: `confirmed`, `logged` or `unsubscribed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subscription: Option<&'static str>,
-    /// SNS's subscription handshake: the topic.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    topic_arn: Option<String>,
-}
-
-impl Answer {
-    fn first_seen(at: idemgate_core::Timestamp) -> Self {
-        Self {
-            first_seen: Some(at.to_string()),
-            ..Self::default()
-        }
-    }
 }
 
 /// A 200 answer with `outcome` (in the body, except for Slack's challenge, whose body is Slack's).

@@ -39,6 +39,7 @@ mod admin;
 mod batch;
 mod dispatch;
 mod documents;
+mod event;
 mod forward;
 mod guard;
 mod ingest;

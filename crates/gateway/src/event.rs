@@ -1,0 +1,220 @@
+//! One event, claimed: queued (inbox mode), or forwarded (or just accepted) under its claim, and
+//! the answer's body. What a single delivery (`ingest.rs`) and each event of a batch
+//! (`batch.rs`) go through alike.
+
+use axum::body::Bytes;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idemgate::{Claimed, Once, ProcessError};
+use idemgate_core::ClaimOutcome;
+use idemgate_core::inbox::QueuedItem;
+use serde::Serialize;
+
+use crate::config::{Mode, OnConflict};
+use crate::error::AppError;
+use crate::forward::{self, Delivery, Failure};
+use crate::outcome::Outcome;
+use crate::{AppState, Source};
+
+/// What became of one event: its outcome and the answer's body, and the status (200, or 202
+/// when queued).
+pub(crate) struct Handled {
+    pub(crate) outcome: Outcome,
+    pub(crate) answer: Answer,
+    pub(crate) status: StatusCode,
+}
+
+impl Handled {
+    pub(crate) fn ok(outcome: Outcome, answer: Answer) -> Self {
+        Self {
+            outcome,
+            answer,
+            status: StatusCode::OK,
+        }
+    }
+
+    pub(crate) fn into_response(mut self) -> Response {
+        if self.answer.challenge.is_none() {
+            self.answer.outcome = Some(self.outcome);
+        }
+        self.outcome
+            .on((self.status, axum::Json(self.answer)).into_response())
+    }
+}
+
+/// One event, claimed under `claim`: queued (inbox mode), or forwarded (or just accepted) under
+/// the claim, whose 2xx completes it while anything else releases it so the sender's retry is
+/// processed.
+///
+/// # Errors
+/// The [`AppError`] to answer with: in flight, a conflict the source rejects, a store failure,
+/// a forward that failed.
+pub(crate) async fn handle(
+    state: &AppState,
+    src: &Source,
+    claim: idemgate_core::ClaimRequest,
+    body: Bytes,
+    content_type: Option<HeaderValue>,
+) -> Result<Handled, AppError> {
+    if src.mode == Mode::Inbox {
+        return queue(state, src, claim, body, content_type).await;
+    }
+    // One caller of `process_once`.
+    let once = state
+        .dedup
+        .process_once(claim, |claimed: Claimed| async move {
+            let attempt = claimed.token.attempt;
+            let Some(url) = &src.forward_url else {
+                return Ok((attempt, None));
+            };
+            let delivery = Delivery {
+                key: &claimed.token.key,
+                attempt,
+                content_type: content_type.as_ref(),
+            };
+            forward::forward(&src.client, url, body, delivery, src.forward_timeout)
+                .await
+                .map(|status| (attempt, Some(status)))
+        })
+        .await;
+    match once {
+        Ok(Once::Processed((attempt, None))) => Ok(Handled::ok(
+            Outcome::Accepted,
+            Answer {
+                attempt: Some(attempt),
+                ..Answer::default()
+            },
+        )),
+        // The downstream has it: the sender is told so, whatever the store said of the
+        // completion (one it missed is retried until it takes it).
+        Ok(Once::Processed((attempt, Some(status)))) => Ok(Handled::ok(
+            Outcome::Forwarded,
+            Answer {
+                attempt: Some(attempt),
+                downstream_status: Some(status),
+                ..Answer::default()
+            },
+        )),
+        Ok(Once::LateDuplicate { first_seen }) => Ok(Handled::ok(
+            Outcome::LateDuplicate,
+            Answer::first_seen(first_seen),
+        )),
+        Ok(Once::Duplicate {
+            first_seen: Some(first_seen),
+        }) => Ok(Handled::ok(
+            Outcome::Duplicate,
+            Answer::first_seen(first_seen),
+        )),
+        // Processed here a moment ago; the store has not taken the completion yet.
+        Ok(Once::Duplicate { first_seen: None }) => Ok(Handled::ok(
+            Outcome::Duplicate,
+            Answer {
+                completion: Some("pending"),
+                ..Answer::default()
+            },
+        )),
+        Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
+        Ok(Once::Conflict { first_seen }) => match src.on_conflict {
+            OnConflict::Duplicate => Ok(Handled::ok(
+                Outcome::Conflict,
+                Answer::first_seen(first_seen),
+            )),
+            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
+        },
+        Err(ProcessError::Store(e)) => Err(e.into()),
+        Err(ProcessError::Failed(failure)) => Err(match failure {
+            Failure::Status { status, .. } => AppError::ForwardFailed { status },
+            Failure::Unreachable { downstream, why } => {
+                tracing::warn!(source = %src.name, %downstream, error = %why, "downstream unreachable");
+                AppError::ForwardUnreachable { why }
+            }
+            Failure::Timeout(_) => AppError::ForwardTimeout {
+                timeout: src.forward_timeout,
+            },
+            // Only a GET has a length limit; a forward reads any answer.
+            failure @ Failure::TooLarge { .. } => AppError::ForwardUnreachable {
+                why: failure.to_string(),
+            },
+        }),
+    }
+}
+
+/// Inbox mode: the claim and the queue item in one step, then 202; every later delivery of the
+/// event is a duplicate, whatever became of its dispatch.
+async fn queue(
+    state: &AppState,
+    src: &Source,
+    claim: idemgate_core::ClaimRequest,
+    body: Bytes,
+    content_type: Option<HeaderValue>,
+) -> Result<Handled, AppError> {
+    let item = QueuedItem {
+        body: body.to_vec(),
+        content_type: content_type
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        headers: Vec::new(),
+    };
+    match state.enqueue(claim, item).await? {
+        ClaimOutcome::Claimed { token, .. } => Ok(Handled {
+            outcome: Outcome::Queued,
+            answer: Answer {
+                attempt: Some(token.attempt),
+                ..Answer::default()
+            },
+            status: StatusCode::ACCEPTED,
+        }),
+        ClaimOutcome::Duplicate { first_seen, .. } => Ok(Handled::ok(
+            Outcome::Duplicate,
+            Answer::first_seen(first_seen),
+        )),
+        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(Handled::ok(
+            Outcome::LateDuplicate,
+            Answer::first_seen(first_seen),
+        )),
+        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
+        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
+            OnConflict::Duplicate => Ok(Handled::ok(
+                Outcome::Conflict,
+                Answer::first_seen(first_seen),
+            )),
+            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
+        },
+    }
+}
+
+/// The body of a delivery's answer (200): its outcome and what goes with it.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct Answer {
+    /// Filled in when the answer is sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) outcome: Option<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) downstream_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) first_seen: Option<String>,
+    /// `pending`: processed here, the store has not taken the completion yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) completion: Option<&'static str>,
+    /// Slack's URL verification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) challenge: Option<String>,
+    /// SNS's subscription handshake: `confirmed`, `logged` or `unsubscribed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) subscription: Option<&'static str>,
+    /// SNS's subscription handshake: the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) topic_arn: Option<String>,
+}
+
+impl Answer {
+    pub(crate) fn first_seen(at: idemgate_core::Timestamp) -> Self {
+        Self {
+            first_seen: Some(at.to_string()),
+            ..Self::default()
+        }
+    }
+}
