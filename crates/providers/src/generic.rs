@@ -7,11 +7,12 @@ use http::{HeaderMap, HeaderName};
 use idemgate_core::EventId;
 
 use crate::error::{ConfigError, VerifyError};
+use crate::keyed::{Keyed, require_match};
 use crate::scheme::{Algorithm, Encoding, GenericHmac, KeySource};
 use crate::util::{
-    Keyed, base64_decode, base64_encode, check_json_pointer, event_id_from_body,
-    event_id_from_form, event_id_from_header, header, hex_decode, hex_encode, malformed,
-    parse_unix_seconds, require_match, value_text,
+    base64_decode, base64_encode, check_json_pointer, event_id_from_body, event_id_from_form,
+    event_id_from_header, header, hex_decode, hex_encode, malformed, parse_unix_seconds,
+    value_text,
 };
 
 /// A validated [`KeySource`].

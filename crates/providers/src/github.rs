@@ -10,9 +10,8 @@ use http::{HeaderMap, HeaderName};
 use idemgate_core::EventId;
 
 use crate::error::VerifyError;
-use crate::util::{
-    Keyed, event_id_header_text, header, hex_decode, hex_encode, malformed, require_match,
-};
+use crate::keyed::{Keyed, require_match};
+use crate::util::{event_id_header_text, header, hex_decode, hex_encode, malformed};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-hub-signature-256");

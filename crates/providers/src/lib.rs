@@ -51,9 +51,11 @@ mod asym;
 mod der;
 mod error;
 mod generic;
+mod keyed;
 mod scheme;
 mod secret;
 mod util;
+mod verified;
 mod verifier;
 
 pub mod github;
@@ -77,8 +79,7 @@ pub use scheme::{
     SquareScheme, TwilioScheme,
 };
 pub use secret::Secret;
-pub use verifier::{
-    BatchEvent, Control, Delivery, Document, DocumentKind, Needed, Signed, Verified, Verifier,
-};
+pub use verified::{BatchEvent, Control, Verified};
+pub use verifier::{Delivery, Document, DocumentKind, Needed, Signed, Verifier};
 
 pub use idemgate_core::{EventId, KeyError};

@@ -20,7 +20,8 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::error::{SignError, VerifyError};
-use crate::util::{Keyed, hex_decode, hex_encode, require_match};
+use crate::keyed::{Keyed, require_match};
+use crate::util::{hex_decode, hex_encode};
 
 /// Where the token (the default event id) is in the body.
 pub(crate) const TOKEN_POINTER: &str = "/signature/token";

@@ -11,7 +11,9 @@ use std::time::SystemTime;
 use http::{HeaderMap, HeaderName};
 
 use crate::error::VerifyError;
-use crate::util::{Keyed, TaggedList, hex_encode};
+use crate::keyed::Keyed;
+use crate::keyed::TaggedList;
+use crate::util::hex_encode;
 
 /// The header carrying the timestamp and signatures.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("paddle-signature");

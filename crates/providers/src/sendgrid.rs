@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use crate::asym::{PrivateKey, PublicKey};
 use crate::error::{ConfigError, VerifyError};
 use crate::util::{base64_decode, base64_encode, header, malformed, parse_unix_seconds};
-use crate::verifier::BatchEvent;
+use crate::verified::BatchEvent;
 use crate::{EventId, KeyError, der};
 
 /// The header carrying the signature.

@@ -11,9 +11,8 @@ use std::time::SystemTime;
 use http::{HeaderMap, HeaderName};
 
 use crate::error::VerifyError;
-use crate::util::{
-    Keyed, header, hex_decode, hex_encode, malformed, parse_unix_seconds, require_match,
-};
+use crate::keyed::{Keyed, require_match};
+use crate::util::{header, hex_decode, hex_encode, malformed, parse_unix_seconds};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-slack-signature");

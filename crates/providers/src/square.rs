@@ -13,7 +13,8 @@
 use http::{HeaderMap, HeaderName};
 
 use crate::error::{ConfigError, VerifyError};
-use crate::util::{Keyed, base64_decode, base64_encode, header, malformed, require_match};
+use crate::keyed::{Keyed, require_match};
+use crate::util::{base64_decode, base64_encode, header, malformed};
 
 /// The header carrying the signature.
 pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-square-hmacsha256-signature");

@@ -21,9 +21,8 @@ use http::{HeaderMap, HeaderName};
 
 use crate::asym::{PrivateKey, PublicKey};
 use crate::error::{ConfigError, VerifyError};
-use crate::util::{
-    Keyed, base64_decode, base64_encode, header, malformed, parse_unix_seconds, require_match,
-};
+use crate::keyed::{Keyed, require_match};
+use crate::util::{base64_decode, base64_encode, header, malformed, parse_unix_seconds};
 
 /// The header carrying the message id (and event id).
 pub const ID_HEADER: HeaderName = HeaderName::from_static("webhook-id");

@@ -29,9 +29,10 @@ use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ConfigError, VerifyError};
+use crate::keyed::Keyed;
 use crate::util::{
-    Keyed, base64_decode, base64_encode, digests_equal, form_params, header, hex_decode,
-    hex_encode, malformed,
+    base64_decode, base64_encode, digests_equal, form_params, header, hex_decode, hex_encode,
+    malformed,
 };
 
 /// The header carrying the signature.
