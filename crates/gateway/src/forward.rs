@@ -221,7 +221,6 @@ pub(crate) async fn forward(
 /// # Errors
 /// A [`Failure`]: a status other than 2xx, no answer (its reason in words, a TLS failure
 /// included), the timeout, or a body longer than `limit`.
-#[allow(dead_code)] // For verifiers that fetch their keys (SNS certificates, JWKS).
 pub(crate) async fn get(
     client: &Client,
     url: &hyper::Uri,
