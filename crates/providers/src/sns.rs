@@ -11,7 +11,7 @@
 //! certificate is trusted for being served over HTTPS by an AWS host; its chain is not walked.
 //!
 //! The event id is `MessageId`. A `SubscriptionConfirmation` or `UnsubscribeConfirmation` is a
-//! [`Control`](crate::Control) message for the receiver, not an event: its `SubscribeURL` passes
+//! [`Control`] message for the receiver, not an event: its `SubscribeURL` passes
 //! the same host check before it is handed out.
 //!
 //! **The timestamp.** `Timestamp` is signed, but it is the time SNS accepted the message, not the

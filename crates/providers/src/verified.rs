@@ -12,7 +12,7 @@ pub struct Verified {
     pub event_id: EventId,
     /// The signed timestamp, for schemes that sign one.
     pub signed_at: Option<SystemTime>,
-    /// For schemes whose delivery is a batch of events ([`Scheme::is_batch`]: SendGrid), every
+    /// For schemes whose delivery is a batch of events ([`Scheme::is_batch`](crate::Scheme::is_batch): SendGrid), every
     /// event in order, each to be claimed on its own; `None` for a delivery of one event.
     pub batch: Option<Vec<BatchEvent>>,
     /// A verified message for the receiver itself rather than an event (SNS's subscription

@@ -11,7 +11,7 @@
 //! - [`describe`] words a rustls error for a person ("the certificate is not valid for the name
 //!   ..."), for the callers' own errors, which name the service; [`explain`] and [`find`] dig
 //!   it out of a connection library's error chain.
-//! - With the `test-certs` feature, [`testing::TestCa`] makes a certificate authority and server
+//! - With the `test-certs` feature, `testing::TestCa` makes a certificate authority and server
 //!   certificates on the spot, for tests that start their own TLS servers.
 //!
 //! The cryptography is *ring*'s, chosen here once ([`provider`]), so that no process-wide default
