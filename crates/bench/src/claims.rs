@@ -1,7 +1,9 @@
-//! The `claims` scenario: durable claims per second and p50/p99/p999 at 1, 16 and 64 callers on
-//! distinct keys, for idemgate-sqlite, idemgate-postgres in both expiry modes, and the plain
-//! statement most tutorials write (one `INSERT ... ON CONFLICT DO NOTHING RETURNING` per round
-//! trip, each caller on its own connection), same database, same run.
+//! The `claims` scenario: durable claims per second and p50/p99/p999 at 1, 16 and 64 callers (or
+//! `--callers`) on distinct keys, for idemgate-sqlite, idemgate-postgres in both expiry modes, the
+//! plain statement most tutorials write (one `INSERT ... ON CONFLICT DO NOTHING RETURNING` per
+//! round trip, from a pool of as many connections as callers, or as the server has free), and a
+//! ceiling: the rows a claim writes, inserted 256 at a time from 4 connections with no claim logic
+//! at all. Same database, same run.
 
 use std::future::Future;
 use std::io::IsTerminal;
@@ -9,10 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 
-use crate::pg::admin;
+use crate::pg::{Slots, admin};
 use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
@@ -30,9 +33,28 @@ pub struct Args {
     out: PathBuf,
 }
 
+const SQLITE: &str = "idemgate-sqlite";
+const PG_BATCHED: &str = "idemgate-postgres batched";
+const PG_PARTITIONED: &str = "idemgate-postgres partitioned";
+const PLAIN: &str = "plain statement";
+const CEILING: &str = "ceiling: multi-row inserts";
+const ENGINES: [&str; 5] = [SQLITE, PG_BATCHED, PG_PARTITIONED, PLAIN, CEILING];
+
+/// Rows per ceiling statement.
+const CEILING_BATCH: usize = 256;
+/// Connections the ceiling inserts from.
+const CEILING_CONNECTIONS: usize = 4;
+/// Connections the plain statement's pool leaves free on the server, for everyone else.
+const PLAIN_MARGIN: i64 = 10;
+
+const CEILING_SCHEMA: &str = include_str!("../sql/ceiling_schema.sql");
+const CEILING_INSERT: &str = include_str!("../sql/ceiling_insert.sql");
+
 struct Measured {
     engine: &'static str,
     callers: usize,
+    /// The connections the engine claims over (its pool's limit); none for SQLite.
+    connections: Option<usize>,
     per_sec: f64,
     latency: Latency,
 }
@@ -98,27 +120,39 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let secs = Duration::from_secs(args.secs);
     let admin = admin(&args.postgres.url).await?;
     let tag = std::process::id();
-    let (plain, batched, partitioned) = (
-        format!("bench_plain_{tag}"),
-        format!("bench_batched_{tag}"),
-        format!("bench_partitioned_{tag}"),
-    );
+    let schemas = Schemas {
+        plain: format!("bench_plain_{tag}"),
+        batched: format!("bench_batched_{tag}"),
+        partitioned: format!("bench_partitioned_{tag}"),
+        ceiling: format!("bench_ceiling_{tag}"),
+    };
+    // One transaction: a failure leaves neither schema behind.
     admin
         .batch_execute(&format!(
-            "CREATE SCHEMA {plain}; CREATE TABLE {plain}.processed_webhooks (
-                 event_id text PRIMARY KEY, event_type text NOT NULL, expires_at timestamptz NOT NULL)"
+            "BEGIN;
+             CREATE SCHEMA {plain}; CREATE TABLE {plain}.processed_webhooks (
+                 event_id text PRIMARY KEY, event_type text NOT NULL, expires_at timestamptz NOT NULL);
+             CREATE SCHEMA {ceiling}; SET LOCAL search_path = {ceiling};
+             {CEILING_SCHEMA}
+             COMMIT;",
+            plain = schemas.plain,
+            ceiling = schemas.ceiling,
         ))
-        .await?;
-    let result = measure(&args, secs, &plain, &batched, &partitioned).await;
-    for schema in [&plain, &batched, &partitioned] {
-        admin
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await?;
+        .await
+        .context("cannot create the plain statement's and the ceiling's tables")?;
+    let result = measure(&args, secs, &schemas).await;
+    for schema in [
+        &schemas.plain,
+        &schemas.batched,
+        &schemas.partitioned,
+        &schemas.ceiling,
+    ] {
+        crate::pg::drop_schema(&admin, schema).await?;
     }
     let rows = result?;
-    let plain_rate = |callers| {
+    let rate = |engine: &str, callers| {
         rows.iter()
-            .find(|m| m.engine == "plain statement" && m.callers == callers)
+            .find(|m| m.engine == engine && m.callers == callers)
             .map_or(f64::NAN, |m| m.per_sec)
     };
     let table_rows: Vec<Vec<String>> = rows
@@ -127,23 +161,39 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             vec![
                 m.engine.to_owned(),
                 m.callers.to_string(),
+                m.connections
+                    .map_or_else(|| "-".to_owned(), |n| n.to_string()),
                 format!("{:.0}", m.per_sec),
                 ms(m.latency.p50),
                 ms(m.latency.p99),
                 ms(m.latency.p999),
-                format!("{:.2}x", m.per_sec / plain_rate(m.callers)),
+                format!("{:.2}x", m.per_sec / rate(PLAIN, m.callers)),
+                format!("{:.1}%", 100.0 * m.per_sec / rate(CEILING, m.callers)),
             ]
         })
         .collect();
     println!(
-        "\nDurable claims on distinct keys, {} s per measurement (ratio: against the plain statement at the same callers):\n",
+        "\nDurable claims on distinct keys, {} s per measurement. connections: the engine's pool \
+         (the plain statement's is bounded by the server's free slots, callers beyond it wait for \
+         one); ratio: against the plain statement at the same callers; of ceiling: against \
+         {CEILING_BATCH}-row inserts of a claim's dedup and history rows from \
+         {CEILING_CONNECTIONS} connections, measured again beside each caller count (its \
+         latencies are a whole batch's):\n",
         args.secs
     );
     print!(
         "{}",
         table(
             &[
-                "engine", "callers", "claims/s", "p50 ms", "p99 ms", "p999 ms", "ratio"
+                "engine",
+                "callers",
+                "connections",
+                "claims/s",
+                "p50 ms",
+                "p99 ms",
+                "p999 ms",
+                "ratio",
+                "of ceiling"
             ],
             &table_rows
         )
@@ -158,24 +208,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "concurrent callers",
         )
         .panel(
-            LinePanel::new("claims/s").all_series(
-                [
-                    "idemgate-sqlite",
-                    "idemgate-postgres batched",
-                    "idemgate-postgres partitioned",
-                    "plain statement",
-                ]
-                .iter()
-                .map(|e| {
-                    // A measurement missing (a failed engine) breaks the line.
-                    let ys = args.callers.iter().map(|c| {
-                        rows.iter()
-                            .find(|m| m.engine == *e && m.callers == *c)
-                            .map_or(f64::NAN, |m| m.per_sec)
-                    });
-                    Series::new(*e, ys)
-                }),
-            ),
+            LinePanel::new("claims/s").all_series(ENGINES.iter().map(|e| {
+                // A measurement missing (a failed engine) breaks the line.
+                let ys = args.callers.iter().map(|c| {
+                    rows.iter()
+                        .find(|m| m.engine == *e && m.callers == *c)
+                        .map_or(f64::NAN, |m| m.per_sec)
+                });
+                Series::new(*e, ys)
+            })),
         )
         .render(),
     )?;
@@ -183,13 +224,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(
-    args: &Args,
-    secs: Duration,
-    plain: &str,
-    batched: &str,
-    partitioned: &str,
-) -> anyhow::Result<Vec<Measured>> {
+/// The scenario's schemas, one per engine that works in PostgreSQL.
+struct Schemas {
+    plain: String,
+    batched: String,
+    partitioned: String,
+    ceiling: String,
+}
+
+async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Result<Vec<Measured>> {
     let say = |what: String| {
         if std::io::stderr().is_terminal() {
             eprintln!("measuring {what}");
@@ -203,30 +246,46 @@ async fn measure(
         cfg.expiry = expiry;
         idemgate_postgres::PgStore::connect(cfg)
     };
-    let pg_batched = pg(batched, idemgate_postgres::Expiry::batched()).await?;
-    let pg_partitioned = pg(partitioned, idemgate_postgres::Expiry::partitioned()).await?;
+    let pg_pool = idemgate_postgres::PgConfig::new(args.postgres.url.clone())
+        .pool_size
+        .get();
+    let pg_batched = pg(&schemas.batched, idemgate_postgres::Expiry::batched()).await?;
+    let pg_partitioned = pg(
+        &schemas.partitioned,
+        idemgate_postgres::Expiry::partitioned(),
+    )
+    .await?;
+    let url = &args.postgres.url;
     let mut out = Vec::new();
     for (run, &callers) in args.callers.iter().enumerate() {
-        for engine in [
-            "idemgate-sqlite",
-            "idemgate-postgres batched",
-            "idemgate-postgres partitioned",
-            "plain statement",
-        ] {
+        for engine in ENGINES {
             say(format!("{engine} at {callers} callers"));
-            let (per_sec, latency) = match engine {
-                "idemgate-sqlite" => timed(callers, secs, claim_op(sqlite.clone(), run)).await?,
-                "idemgate-postgres batched" => {
-                    timed(callers, secs, claim_op(pg_batched.clone(), run)).await?
+            let (connections, (per_sec, latency)) = match engine {
+                SQLITE => (
+                    None,
+                    timed(callers, secs, claim_op(sqlite.clone(), run)).await?,
+                ),
+                PG_BATCHED => (
+                    Some(pg_pool),
+                    timed(callers, secs, claim_op(pg_batched.clone(), run)).await?,
+                ),
+                PG_PARTITIONED => (
+                    Some(pg_pool),
+                    timed(callers, secs, claim_op(pg_partitioned.clone(), run)).await?,
+                ),
+                PLAIN => {
+                    let (n, m) = plain_statement(url, &schemas.plain, callers, secs, run).await?;
+                    (Some(n), m)
                 }
-                "idemgate-postgres partitioned" => {
-                    timed(callers, secs, claim_op(pg_partitioned.clone(), run)).await?
-                }
-                _ => plain_statement(&args.postgres.url, plain, callers, secs, run).await?,
+                _ => (
+                    Some(CEILING_CONNECTIONS),
+                    ceiling(url, &schemas.ceiling, secs, run).await?,
+                ),
             };
             out.push(Measured {
                 engine,
                 callers,
+                connections,
                 per_sec,
                 latency,
             });
@@ -235,35 +294,62 @@ async fn measure(
     Ok(out)
 }
 
-/// The plain statement, one per round trip, each caller on its own connection.
+/// The plain statement, one per round trip, from a pool of one connection per caller, or of as
+/// many as the server has free (less a margin) when that is fewer: callers beyond it wait for a
+/// connection, as an application's pool makes them. Claims per second, latencies, and the
+/// connections used.
 async fn plain_statement(
     url: &str,
     schema: &str,
     callers: usize,
     secs: Duration,
     run: usize,
-) -> anyhow::Result<(f64, Latency)> {
-    let mut clients = Vec::new();
-    for _ in 0..callers {
-        let client = admin(url).await?;
-        client
-            .batch_execute(&format!("SET search_path = {schema}"))
-            .await?;
-        let stmt = client
-            .prepare(
-                "INSERT INTO processed_webhooks (event_id, event_type, expires_at) \
-                 VALUES ($1, $2, now() + interval '7 days') ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-            )
-            .await?;
-        clients.push(Arc::new((client, stmt)));
+) -> anyhow::Result<(usize, (f64, Latency))> {
+    const INSERT: &str = "INSERT INTO processed_webhooks (event_id, event_type, expires_at) \
+         VALUES ($1, $2, now() + interval '7 days') ON CONFLICT (event_id) DO NOTHING RETURNING event_id";
+    let slots = Slots::read(&admin(url).await?).await?;
+    let size = callers.min(slots.free(PLAIN_MARGIN));
+    anyhow::ensure!(
+        size > 0,
+        "PostgreSQL at {url} has no connection free for the plain statement: max_connections {}, \
+         {} reserved, {} connected, and {PLAIN_MARGIN} left for others",
+        slots.max,
+        slots.reserved,
+        slots.in_use
+    );
+    let mut cfg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{url} is no PostgreSQL URL: {e}"))?;
+    cfg.options(format!("-c search_path={schema}"));
+    let manager = deadpool_postgres::Manager::from_config(
+        cfg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .context("cannot build the plain statement's pool")?;
+    // Every connection opened and its statement prepared before the clock starts.
+    let mut warm = Vec::with_capacity(size);
+    for _ in 0..size {
+        let client = pool.get().await.map_err(|e| {
+            let why = crate::pg::reasons(&e);
+            anyhow::Error::new(e).context(format!("cannot connect to PostgreSQL at {url}: {why}"))
+        })?;
+        client.prepare_cached(INSERT).await?;
+        warm.push(client);
     }
-    let clients = Arc::new(clients);
-    timed(callers, secs, move |c, i| {
-        let conn = clients[c].clone();
+    drop(warm);
+    let measured = timed(callers, secs, move |c, i| {
+        let pool = pool.clone();
         async move {
-            let rows = conn
-                .0
-                .query(&conn.1, &[&format!("r{run}-c{c}-{i}"), &"invoice.paid"])
+            let client = pool.get().await?;
+            let stmt = client.prepare_cached(INSERT).await?;
+            let rows = client
+                .query(&stmt, &[&format!("r{run}-c{c}-{i}"), &"invoice.paid"])
                 .await?;
             anyhow::ensure!(
                 rows.len() == 1,
@@ -273,5 +359,47 @@ async fn plain_statement(
             Ok(())
         }
     })
-    .await
+    .await?;
+    Ok((size, measured))
+}
+
+/// The ceiling: [`CEILING_BATCH`] claims' rows per statement from [`CEILING_CONNECTIONS`]
+/// connections, whatever the callers. Claims (row pairs) per second and each batch's latency.
+async fn ceiling(
+    url: &str,
+    schema: &str,
+    secs: Duration,
+    run: usize,
+) -> anyhow::Result<(f64, Latency)> {
+    let mut conns = Vec::with_capacity(CEILING_CONNECTIONS);
+    for _ in 0..CEILING_CONNECTIONS {
+        let client = admin(url).await?;
+        client
+            .batch_execute(&format!("SET search_path = {schema}"))
+            .await?;
+        let stmt = client
+            .prepare(CEILING_INSERT)
+            .await
+            .context("cannot prepare the ceiling's insert")?;
+        conns.push(Arc::new((client, stmt)));
+    }
+    let (batches, latency) = timed(CEILING_CONNECTIONS, secs, move |c, i| {
+        let conn = conns[c].clone();
+        async move {
+            let ids: Vec<String> = (0..CEILING_BATCH)
+                .map(|k| format!("r{run}-w{c}-{i}-{k}"))
+                .collect();
+            let nonces: Vec<i64> = (0..CEILING_BATCH as i64)
+                .map(|k| ((c as i64) << 48) | ((i as i64) * CEILING_BATCH as i64 + k))
+                .collect();
+            let written = conn.0.execute(&conn.1, &[&ids, &nonces]).await?;
+            anyhow::ensure!(
+                written == CEILING_BATCH as u64,
+                "a ceiling batch of {CEILING_BATCH} wrote {written} history rows"
+            );
+            Ok(())
+        }
+    })
+    .await?;
+    Ok((batches * CEILING_BATCH as f64, latency))
 }

@@ -31,8 +31,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Scenario {
-    /// Durable claims/s and p50/p99/p999 at 1, 16 and 64 callers: idemgate-sqlite,
-    /// idemgate-postgres (batched and partitioned) and the plain statement, same run.
+    /// Durable claims/s and p50/p99/p999 at 1, 16 and 64 callers (or --callers): idemgate-sqlite,
+    /// idemgate-postgres (batched and partitioned), the plain statement and a ceiling of 256-row
+    /// inserts of a claim's rows, same run.
     Claims(claims::Args),
     /// The same PostgreSQL claim load while arrivals go from 0 to N, TTL-bounded (swept) against
     /// never deleted: claims/s and p99 per step, dedup table and index size.

@@ -16,13 +16,79 @@ pub struct Postgres {
     pub url: String,
 }
 
-/// A plain connection for setup, measurement queries and cleanup.
+/// A plain connection for setup, measurement queries and cleanup. A failure names the server
+/// and says why in its first line (the OS's or the server's words), the whole chain below it.
 pub async fn admin(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .with_context(|| format!("cannot connect to PostgreSQL at {url}"))?;
+    let (client, conn) = match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+        Ok(pair) => pair,
+        Err(e) => {
+            let why = reasons(&e);
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot connect to PostgreSQL at {url}: {why}")));
+        }
+    };
     tokio::spawn(conn);
     Ok(client)
+}
+
+/// An error's own words and those of every source under it, joined by ": ", leaving out any
+/// that say nothing (an empty Display would otherwise print as a blank "Caused by:" line).
+pub fn reasons(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let said = e.to_string();
+        if !said.trim().is_empty() && words.last() != Some(&said) {
+            words.push(said);
+        }
+        next = e.source();
+    }
+    if words.is_empty() {
+        format!("{e:?}")
+    } else {
+        words.join(": ")
+    }
+}
+
+/// The server's connection slots and how many are taken, so a scenario can open no more than
+/// are free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// `max_connections`.
+    pub max: i64,
+    /// Slots ordinary roles cannot take: `superuser_reserved_connections` (plus
+    /// `reserved_connections` on PostgreSQL 16 and later).
+    pub reserved: i64,
+    /// Client backends connected now, this process's included.
+    pub in_use: i64,
+}
+
+impl Slots {
+    pub async fn read(admin: &tokio_postgres::Client) -> anyhow::Result<Self> {
+        let row = admin
+            .query_one(
+                "SELECT current_setting('max_connections')::bigint,
+                        current_setting('superuser_reserved_connections')::bigint
+                          + coalesce(nullif(current_setting('reserved_connections', true), ''),
+                                     '0')::bigint,
+                        (SELECT count(*) FROM pg_stat_activity
+                          WHERE backend_type = 'client backend')",
+                &[],
+            )
+            .await
+            .context("cannot read the server's max_connections and pg_stat_activity")?;
+        Ok(Self {
+            max: row.get(0),
+            reserved: row.get(1),
+            in_use: row.get(2),
+        })
+    }
+
+    /// Connections free for ordinary roles, less `margin` left for everyone else (never below
+    /// zero).
+    pub fn free(&self, margin: i64) -> usize {
+        usize::try_from(self.max - self.reserved - self.in_use - margin).unwrap_or(0)
+    }
 }
 
 /// `url` with `application_name` set, so the scenario can pick its own backends out of
@@ -128,6 +194,60 @@ mod tests {
         assert_eq!(
             with_app_name("host=h user=u", "b"),
             "host=h user=u application_name=b"
+        );
+    }
+
+    #[test]
+    fn free_slots_leave_the_reserved_ones_and_a_margin() {
+        let slots = Slots {
+            max: 100,
+            reserved: 3,
+            in_use: 7,
+        };
+        assert_eq!(slots.free(10), 80);
+        assert_eq!(slots.free(95), 0);
+    }
+
+    #[derive(Debug)]
+    struct Mute(std::io::Error);
+
+    impl std::fmt::Display for Mute {
+        fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            Ok(())
+        }
+    }
+
+    impl std::error::Error for Mute {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn reasons_skip_errors_that_say_nothing() {
+        let e = Mute(std::io::Error::other("sorry, too many clients already"));
+        assert_eq!(reasons(&e), "sorry, too many clients already");
+        let silent = Mute(std::io::Error::other(""));
+        assert!(
+            reasons(&silent).starts_with("Mute("),
+            "{}",
+            reasons(&silent)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_says_why_in_its_first_line() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let url = format!("postgres://root@127.0.0.1:{port}/test?connect_timeout=5");
+        let err = admin(&url).await.expect_err("nothing listens there");
+        let first = err.to_string();
+        assert!(first.contains(&url), "{first}");
+        assert!(
+            first.contains("error connecting to server: ") && first.contains("refused"),
+            "the first line should carry the OS's reason: {first}"
         );
     }
 
