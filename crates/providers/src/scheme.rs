@@ -169,14 +169,16 @@ impl Scheme {
 
     /// Whether what authenticates the sender also covers every byte of the body, so that a
     /// tampered body is refused. Not so for `none`, for Postmark (credentials, no signature),
-    /// for Pub/Sub (its token authenticates the sender, not the body), and for Mailgun, whose
-    /// signature covers only its timestamp and token: the rest of a Mailgun body (`event-data`)
-    /// is not signed, and its token is what keeps a replay from being processed (see the crate
-    /// README).
+    /// for Pub/Sub (its token authenticates the sender, not the body), for SNS (it signs the
+    /// message's canonical fields, not its bytes: the JSON's spacing and the fields outside the
+    /// signed set, such as a notification's `UnsubscribeURL`, are not covered), and for Mailgun,
+    /// whose signature covers only its timestamp and token: the rest of a Mailgun body
+    /// (`event-data`) is not signed, and its token is what keeps a replay from being processed
+    /// (see the crate README).
     pub fn signs_body(&self) -> bool {
         !matches!(
             self,
-            Self::None(_) | Self::Mailgun(_) | Self::Postmark(_) | Self::Pubsub(_)
+            Self::None(_) | Self::Mailgun(_) | Self::Postmark(_) | Self::Pubsub(_) | Self::Sns(_)
         )
     }
 

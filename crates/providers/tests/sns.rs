@@ -235,3 +235,35 @@ fn bad_messages_and_documents_are_refused_clearly() {
     .unwrap_err();
     assert!(e.to_string().contains("SignatureVersion"), "{e}");
 }
+
+/// Found by the fuzz target: SNS signs a message's canonical fields, not its bytes. A changed
+/// signed field is a bad signature and broken JSON is a malformed body (both refused), while
+/// the JSON's spacing or a field outside the signed set is not covered; so the scheme does not
+/// claim to sign the body's bytes.
+#[test]
+fn the_signed_fields_are_covered_and_the_bytes_are_not() {
+    let v = verifier(&["certs.example.com"]);
+    assert!(!v.scheme().signs_body());
+    let at = "2026-01-02T03:00:00Z";
+    let mut m = message("https://certs.example.com/c.pem", at);
+    m.insert(
+        "UnsubscribeURL".into(),
+        json!("https://certs.example.com/unsub"),
+    );
+    let body = signed(&m);
+    assert!(check(&v, &body, CERT, time(at)).is_ok());
+
+    let text = String::from_utf8(body.clone()).unwrap();
+    let changed = text.replace("hello", "hellO");
+    assert!(matches!(
+        check(&v, changed.as_bytes(), CERT, time(at)),
+        Err(VerifyError::BadSignature)
+    ));
+    let broken = &body[..body.len() - 1];
+    assert!(matches!(
+        check(&v, broken, CERT, time(at)),
+        Err(VerifyError::MalformedBody { .. })
+    ));
+    let unsigned = text.replace("/unsub", "/other");
+    assert!(check(&v, unsigned.as_bytes(), CERT, time(at)).is_ok());
+}
