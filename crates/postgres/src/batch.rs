@@ -1,13 +1,16 @@
-//! Group commit: concurrent claims travel to PostgreSQL together, as one `claim_batch` call over
-//! arrays, in one transaction and one round trip.
+//! Group commit: concurrent calls travel to PostgreSQL together, as one call over arrays, in one
+//! transaction and one round trip. Claims (`claim_batch`) and finishes (`finish_batch`:
+//! completions and releases) each have a batcher of their own: a [`Job`] says how a batch of its
+//! kind is sent.
 //!
-//! One batcher task owns the queue. It takes the first waiting claim, everything queued behind
+//! One batcher task owns the queue. It takes the first waiting call, everything queued behind
 //! it, and, under load (it had to wait for a free slot, or another batch is still in flight),
 //! lingers up to `batch_linger` for more, until it holds as many as recent batches did (at most
 //! `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
-//! queue fills while the database works and each commit carries many claims. With nothing in
-//! flight a lone claim goes at once: a single caller pays no linger.
+//! queue fills while the database works and each commit carries many calls. With nothing in
+//! flight a lone call goes at once: a single caller pays no linger.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,20 +23,59 @@ use crate::error::PgError;
 use crate::row::{self, millis, outcome_of};
 
 const CLAIM_BATCH: &str = include_str!("../sql/claim_batch.sql");
+const FINISH_BATCH: &str = include_str!("../sql/finish_batch.sql");
 
 /// How many times a batch that PostgreSQL aborted to break a deadlock is sent again.
 const DEADLOCK_RETRIES: usize = 3;
 
-/// One caller's claim, waiting for its batch.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) req: ClaimRequest,
-    pub(crate) nonce: u64,
-    pub(crate) reply: oneshot::Sender<Result<ClaimOutcome, StoreError>>,
+/// A kind of call the batcher group-commits.
+pub(crate) trait Job: Send + Sync + 'static {
+    /// One caller's call.
+    type Item: Send + Sync + 'static;
+    /// Its answer.
+    type Answer: Send + 'static;
+    /// What a batch does, for the log when one fails ("a claim batch failed").
+    const WHAT: &'static str;
+
+    /// Sends one batch: one answer per item, in order.
+    fn send(
+        db: &Db,
+        items: &[Pending<Self>],
+    ) -> impl Future<Output = Result<Vec<Self::Answer>, PgError>> + Send;
 }
 
+/// One caller's call, waiting for its batch.
+pub(crate) struct Pending<J: Job + ?Sized> {
+    pub(crate) item: J::Item,
+    pub(crate) reply: oneshot::Sender<Result<J::Answer, StoreError>>,
+}
+
+/// A claim and the nonce its record will carry if it wins.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) req: ClaimRequest,
+    pub(crate) nonce: u64,
+}
+
+/// Claims: `claim_batch`.
+pub(crate) struct Claims;
+
+/// A completion (`release` false) or a release of the claim a token holds.
+#[derive(Debug)]
+pub(crate) struct Finish {
+    pub(crate) source: String,
+    pub(crate) event_id: String,
+    pub(crate) attempt: i32,
+    /// The token's nonce, bit for bit (a u64 kept in a bigint).
+    pub(crate) nonce: i64,
+    pub(crate) release: bool,
+}
+
+/// Completions and releases: `finish_batch`; each answer says whether the token held the claim.
+pub(crate) struct Finishes;
+
 /// The batcher: runs until every sender (every `PgStore` clone) is gone.
-pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
+pub(crate) async fn run<J: Job>(db: Db, mut queue: mpsc::Receiver<Pending<J>>) {
     let slots = db.cfg.batch_inflight.get();
     let inflight = Arc::new(Semaphore::new(slots));
     let max = db.cfg.batch_max.get();
@@ -41,7 +83,7 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
     let mut recent = 1usize;
     while let Some(first) = queue.recv().await {
         // Under load (every slot taken, or another batch still in flight once we have ours) the
-        // batch lingers for company; an idle store sends a lone claim at once.
+        // batch lingers for company; an idle store sends a lone call at once.
         let waited = inflight.available_permits() == 0;
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             break;
@@ -50,7 +92,7 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
         let mut batch = Vec::with_capacity(max.min(64));
         batch.push(first);
         drain(&mut queue, &mut batch, max);
-        // Linger only for as many claims as recent batches held: waiting for company that is not
+        // Linger only for as many calls as recent batches held: waiting for company that is not
         // coming would only burn CPU the database needs.
         let expect = recent.min(max);
         if busy && batch.len() < expect && !linger.is_zero() {
@@ -60,8 +102,8 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
         recent = batch.len().max(recent - recent / 8);
         let db = db.clone();
         tokio::spawn(async move {
-            let result = send(&db, &batch).await;
-            // Free the slot before answering: a caller's next claim must not see this batch
+            let result = retried::<J>(&db, &batch).await;
+            // Free the slot before answering: a caller's next call must not see this batch
             // as still in flight.
             drop(permit);
             answer(batch, result);
@@ -69,7 +111,7 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
     }
 }
 
-fn drain(queue: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>, max: usize) {
+fn drain<J: Job>(queue: &mut mpsc::Receiver<Pending<J>>, batch: &mut Vec<Pending<J>>, max: usize) {
     while batch.len() < max {
         match queue.try_recv() {
             Ok(p) => batch.push(p),
@@ -78,11 +120,11 @@ fn drain(queue: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>, max: usi
     }
 }
 
-/// Collects more claims until `linger` has passed or the batch is full. Tokio's timer ticks in
+/// Collects more calls until `linger` has passed or the batch is full. Tokio's timer ticks in
 /// milliseconds, so the sub-millisecond rest of a linger is waited by yielding.
-async fn wait_for_more(
-    queue: &mut mpsc::Receiver<Pending>,
-    batch: &mut Vec<Pending>,
+async fn wait_for_more<J: Job>(
+    queue: &mut mpsc::Receiver<Pending<J>>,
+    batch: &mut Vec<Pending<J>>,
     max: usize,
     linger: Duration,
 ) {
@@ -111,12 +153,12 @@ async fn wait_for_more(
     }
 }
 
-fn answer(batch: Vec<Pending>, result: Result<Vec<ClaimOutcome>, PgError>) {
+fn answer<J: Job>(batch: Vec<Pending<J>>, result: Result<Vec<J::Answer>, PgError>) {
     match result {
-        Ok(outcomes) => {
-            for (p, outcome) in batch.into_iter().zip(outcomes) {
+        Ok(answers) => {
+            for (p, a) in batch.into_iter().zip(answers) {
                 // A caller that gave up waiting is no error.
-                let _ = p.reply.send(Ok(outcome));
+                let _ = p.reply.send(Ok(a));
             }
         }
         Err(PgError::Closed) => {
@@ -125,7 +167,7 @@ fn answer(batch: Vec<Pending>, result: Result<Vec<ClaimOutcome>, PgError>) {
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, claims = batch.len(), "a claim batch failed");
+            tracing::warn!(error = %e, calls = batch.len(), "{} failed", J::WHAT);
             let shared = Arc::new(e);
             for p in batch {
                 let _ = p.reply.send(Err(StoreError::Backend {
@@ -137,22 +179,18 @@ fn answer(batch: Vec<Pending>, result: Result<Vec<ClaimOutcome>, PgError>) {
     }
 }
 
-/// Sends one batch, retrying it after a deadlock, and after creating a partition it needed.
-async fn send(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgError> {
-    let ttl_ms = batch
-        .iter()
-        .map(|p| u64::try_from(millis(p.req.ttl)).unwrap_or(0))
-        .max()
-        .unwrap_or(0);
+/// Sends one batch, again after a deadlock PostgreSQL broke by aborting it.
+async fn retried<J: Job>(db: &Db, batch: &[Pending<J>]) -> Result<Vec<J::Answer>, PgError> {
     let mut tries = 0;
     loop {
-        match db.with_partitions(ttl_ms, || send_once(db, batch)).await {
+        match J::send(db, batch).await {
             Err(e) if e.is_deadlock() && tries < DEADLOCK_RETRIES => {
                 tries += 1;
                 tracing::debug!(
-                    claims = batch.len(),
+                    calls = batch.len(),
                     tries,
-                    "claim batch deadlocked; sending again"
+                    "{} deadlocked; sending again",
+                    J::WHAT
                 );
             }
             other => return other,
@@ -160,7 +198,83 @@ async fn send(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgError> 
     }
 }
 
-async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgError> {
+impl Job for Claims {
+    type Item = Claim;
+    type Answer = ClaimOutcome;
+    const WHAT: &'static str = "a claim batch";
+
+    /// One `claim_batch` call, again after creating a partition it needed.
+    async fn send(db: &Db, batch: &[Pending<Self>]) -> Result<Vec<ClaimOutcome>, PgError> {
+        let ttl_ms = batch
+            .iter()
+            .map(|p| u64::try_from(millis(p.item.req.ttl)).unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        db.with_partitions(ttl_ms, || claim_once(db, batch)).await
+    }
+}
+
+impl Job for Finishes {
+    type Item = Finish;
+    type Answer = bool;
+    const WHAT: &'static str = "a batch of completions and releases";
+
+    /// One `finish_batch` call, again after creating a history partition it needed.
+    async fn send(db: &Db, batch: &[Pending<Self>]) -> Result<Vec<bool>, PgError> {
+        db.with_partitions(0, || finish_once(db, batch)).await
+    }
+}
+
+async fn finish_once(db: &Db, batch: &[Pending<Finishes>]) -> Result<Vec<bool>, PgError> {
+    const CONTEXT: &str = "completing and releasing a batch of claims";
+    let n = batch.len();
+    let mut sources = Vec::with_capacity(n);
+    let mut event_ids = Vec::with_capacity(n);
+    let mut attempts = Vec::with_capacity(n);
+    let mut nonces = Vec::with_capacity(n);
+    let mut releases = Vec::with_capacity(n);
+    for Pending { item, .. } in batch {
+        sources.push(item.source.as_str());
+        event_ids.push(item.event_id.as_str());
+        attempts.push(item.attempt);
+        nonces.push(item.nonce);
+        releases.push(item.release);
+    }
+    let client = db.client().await?;
+    let stmt = client
+        .prepare_cached(FINISH_BATCH)
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+    // One implicit transaction: the rows arrive after the commit.
+    let rows = client
+        .query(
+            &stmt,
+            &[&sources, &event_ids, &attempts, &nonces, &releases],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+    let mut held: Vec<Option<bool>> = vec![None; n];
+    for row in &rows {
+        let idx: i32 = row::get(row, "r_idx", CONTEXT)?;
+        let slot = usize::try_from(idx)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .filter(|&i| i < n)
+            .ok_or_else(|| PgError::Unexpected {
+                context: CONTEXT,
+                what: format!("answer for element {idx} of {n}"),
+            })?;
+        held[slot] = Some(row::get(row, "r_held", CONTEXT)?);
+    }
+    held.into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| PgError::Unexpected {
+            context: CONTEXT,
+            what: format!("{} answers for {n} completions and releases", rows.len()),
+        })
+}
+
+async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutcome>, PgError> {
     const CONTEXT: &str = "claiming a batch";
     let n = batch.len();
     let mut sources = Vec::with_capacity(n);
@@ -173,7 +287,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
     let mut late = Vec::with_capacity(n);
     let mut holder_instances = Vec::with_capacity(n);
     let mut holder_boots = Vec::with_capacity(n);
-    for p in batch {
+    for Pending { item: p, .. } in batch {
         sources.push(p.req.key.source.as_str());
         event_ids.push(p.req.key.event_id.as_str());
         fingerprints.push(p.req.fingerprint.as_ref().map(|f| f.as_bytes().as_slice()));
@@ -223,7 +337,7 @@ async fn send_once(db: &Db, batch: &[Pending]) -> Result<Vec<ClaimOutcome>, PgEr
                 context: CONTEXT,
                 what: format!("answer for element {idx} of {n}"),
             })?;
-        outcomes[slot] = Some(outcome_of(&batch[slot].req.key, row)?);
+        outcomes[slot] = Some(outcome_of(&batch[slot].item.req.key, row)?);
     }
     outcomes
         .into_iter()

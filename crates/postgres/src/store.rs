@@ -15,15 +15,13 @@ use idemgate_core::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::batch::{self, Pending};
+use crate::batch::{self, Claim, Claims, Finish, Finishes, Pending};
 use crate::config::PgConfig;
 use crate::db::Db;
 use crate::error::PgError;
 use crate::migrate::{self, migrate};
 use crate::row::{self, count, millis, ms};
 
-const COMPLETE: &str = include_str!("../sql/complete.sql");
-const RELEASE: &str = include_str!("../sql/release.sql");
 const RENEW: &str = include_str!("../sql/renew.sql");
 const REGISTER_BOOT: &str = include_str!("../sql/register_boot.sql");
 const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
@@ -40,7 +38,9 @@ pub struct PgStore {
 
 struct Inner {
     db: Db,
-    claims: mpsc::Sender<Pending>,
+    claims: mpsc::Sender<Pending<Claims>>,
+    /// Completions and releases, group-committed like claims.
+    finishes: mpsc::Sender<Pending<Finishes>>,
     /// The schema's `meta.store_id`, read at connect.
     store_id: String,
 }
@@ -124,12 +124,15 @@ impl PgStore {
             .await
             .map_err(PgError::db(CONTEXT))?;
         let store_id: String = row::get(&row, "value", CONTEXT)?;
-        let (tx, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
+        let (claims, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
+        tokio::spawn(batch::run(db.clone(), rx));
+        let (finishes, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
         tokio::spawn(batch::run(db.clone(), rx));
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
-                claims: tx,
+                claims,
+                finishes,
                 store_id,
             }),
         })
@@ -144,41 +147,29 @@ impl PgStore {
         &self.inner.db
     }
 
-    /// Completes or releases (`sql`) the claim `token` holds.
-    async fn finish(
-        &self,
-        token: &ClaimToken,
-        sql: &'static str,
-        context: &'static str,
-    ) -> Result<(), StoreError> {
+    /// Completes (`release` false) or releases the claim `token` holds, through the batcher.
+    async fn finish(&self, token: &ClaimToken, release: bool) -> Result<(), StoreError> {
         let Ok(attempt) = i32::try_from(token.attempt) else {
             return Err(stale(token));
         };
-        // The nonce travels as bigint, bit for bit.
-        let nonce = token.nonce as i64;
-        let db = self.db();
-        let held: bool = db
-            .with_partitions(0, || async {
-                let client = db.client().await?;
-                let stmt = client
-                    .prepare_cached(sql)
-                    .await
-                    .map_err(PgError::db(context))?;
-                let row = client
-                    .query_one(
-                        &stmt,
-                        &[
-                            &token.key.source.as_str(),
-                            &token.key.event_id.as_str(),
-                            &attempt,
-                            &nonce,
-                        ],
-                    )
-                    .await
-                    .map_err(PgError::db(context))?;
-                row::get(&row, "held", context)
-            })
-            .await?;
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            item: Finish {
+                source: token.key.source.as_str().to_owned(),
+                event_id: token.key.event_id.as_str().to_owned(),
+                attempt,
+                // The nonce travels as bigint, bit for bit.
+                nonce: token.nonce as i64,
+                release,
+            },
+            reply,
+        };
+        self.inner
+            .finishes
+            .send(pending)
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let held = answer.await.map_err(|_| StoreError::Closed)??;
         if held { Ok(()) } else { Err(stale(token)) }
     }
 
@@ -251,8 +242,10 @@ impl ClaimStore for PgStore {
         self.inner.db.max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
-            req,
-            nonce: idemgate_core::machine::nonce(),
+            item: Claim {
+                req,
+                nonce: idemgate_core::machine::nonce(),
+            },
             reply,
         };
         self.inner
@@ -265,12 +258,12 @@ impl ClaimStore for PgStore {
 
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        self.finish(token, COMPLETE, "completing a claim").await
+        self.finish(token, false).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        self.finish(token, RELEASE, "releasing a claim").await
+        self.finish(token, true).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]

@@ -59,7 +59,7 @@ async fn migrations_are_idempotent() {
     }
     let (cfg, _guard) = common::config(Expiry::batched());
     let first = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(first.applied, [1, 2, 3]);
+    assert_eq!(first.applied, [1, 2, 3, 4]);
     assert_eq!(first.version, SCHEMA_VERSION);
     let again = idemgate_postgres::migrate(&cfg).await.unwrap();
     assert!(again.applied.is_empty(), "{again:?}");
@@ -84,7 +84,7 @@ async fn two_concurrent_migrators_both_succeed_once() {
     applied.sort();
     assert_eq!(
         applied,
-        [vec![], vec![1, 2, 3]],
+        [vec![], vec![1, 2, 3, 4]],
         "exactly one migrator applied every version"
     );
 }
@@ -177,6 +177,85 @@ async fn claims_of_one_key_in_one_batch_resolve_in_order() {
     );
     let first_b = store.lookup(&b).await.unwrap().history[0].at;
     assert_eq!(hist[0].at, first_b, "one batch: one fast-path timestamp");
+}
+
+/// Completions and releases group-committed together: each answer is its own token's, stale
+/// tokens are refused, a token finished twice in one batch is held both times, and each
+/// finished claim leaves exactly one history row of its kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_releases_in_one_batch_answer_each_token() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let ttl = Duration::from_secs(3_600);
+    let keys: Vec<Key> = (0..48).map(|_| key()).collect();
+    let mut tokens = Vec::new();
+    for k in &keys {
+        match store.claim(req(k, ttl)).await.unwrap() {
+            ClaimOutcome::Claimed { token, .. } => tokens.push(token),
+            other => panic!("{other:?}"),
+        }
+    }
+    // 0..20 completed, 20..32 released, 32..40 completed with a stale nonce, 40..44 released
+    // with a stale attempt, 44..48 completed twice at once.
+    let mut calls = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let store = store.clone();
+        let mut t = t.clone();
+        let what = match i {
+            0..20 => "complete",
+            20..32 => "release",
+            32..40 => {
+                t.nonce ^= 1;
+                "complete"
+            }
+            40..44 => {
+                t.attempt += 1;
+                "release"
+            }
+            _ => "twice",
+        };
+        calls.push(tokio::spawn(async move {
+            match what {
+                "complete" => vec![store.complete(&t).await],
+                "release" => vec![store.release(&t).await],
+                _ => {
+                    let (a, b) = tokio::join!(store.complete(&t), store.complete(&t));
+                    vec![a, b]
+                }
+            }
+        }));
+    }
+    for (i, call) in calls.into_iter().enumerate() {
+        let answers = call.await.unwrap();
+        for answer in answers {
+            match i {
+                0..32 | 44..48 => answer.unwrap_or_else(|e| panic!("token {i}: {e}")),
+                _ => assert!(
+                    matches!(answer, Err(StoreError::StaleToken { .. })),
+                    "token {i}: {answer:?}"
+                ),
+            }
+        }
+    }
+    for (i, k) in keys.iter().enumerate() {
+        let view = store.lookup(k).await.unwrap();
+        let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome).collect();
+        let (state, last) = match i {
+            0..20 | 44..48 => (Some("done"), Some(HistoryOutcome::Completed)),
+            20..32 => (None, Some(HistoryOutcome::Released)),
+            _ => (Some("processing"), None),
+        };
+        assert_eq!(
+            view.record.as_ref().map(|r| r.state.as_str()),
+            state,
+            "key {i}: {view:?}"
+        );
+        let expected: Vec<_> = std::iter::once(HistoryOutcome::Claimed)
+            .chain(last)
+            .collect();
+        assert_eq!(outcomes, expected, "key {i}");
+    }
 }
 
 async fn row_version(client: &tokio_postgres::Client, k: &Key) -> (String, String) {
@@ -598,7 +677,7 @@ async fn a_schema_1_schema_is_upgraded_in_place() {
         .unwrap();
 
     let report = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(report.applied, [2, 3]);
+    assert_eq!(report.applied, [2, 3, 4]);
     let store = PgStore::connect(cfg.clone()).await.unwrap();
     let id = store.store_id().to_owned();
     assert_eq!(id.len(), 32, "{id}");

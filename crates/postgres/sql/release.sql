@@ -1,1 +1,0 @@
-SELECT release_claim($1::text, $2::text, $3::integer, $4::bigint) AS held
