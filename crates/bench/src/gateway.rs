@@ -369,7 +369,10 @@ fn draw(runs: &[Run], args: &Args) -> anyhow::Result<String> {
         args.connections
     );
     let rps = Bars::new(
-        Frame::new("gateway-rps", "Requests per second (higher is better)"),
+        Frame::new(
+            "gateway-rps",
+            &format!("Webhook receivers, requests per second (higher is better): {load}"),
+        ),
         categories.clone(),
         "receiver",
         "req/s",
@@ -391,7 +394,7 @@ fn draw(runs: &[Run], args: &Args) -> anyhow::Result<String> {
     ))
     .y_mark(Mark::new(
         POSTGRES_P99.as_secs_f64() * 1000.0,
-        "10 ms (PostgreSQL target)",
+        "10 ms target",
     ))
     .render();
     let summary: Vec<String> = runs

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //!
-//! - `claims`, `growth`, `cleanup`, `gateway`: one module per scenario, each with its `Args`.
+//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`: one module per scenario, each with its
+//!   `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
 //! - `pg`: the PostgreSQL helpers the scenarios share; `progress`: bars or lines on stderr.
 //! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
 //!   drawn by `idemgate-chart`.
@@ -42,8 +43,9 @@ enum Scenario {
     /// by idemgate's batched sweeper and by partition drop: p99 and throughput against idle,
     /// longest lock wait, WAL written, dead tuples left.
     Cleanup(cleanup::Args),
-    /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve`, beside the
-    /// raw claim throughput of the same store.
+    /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve` and the
+    /// tutorial receiver (Express + stripe-node + node-postgres, `tutorial/`), same run, beside
+    /// the raw claim+complete rate of the same store; checks each forwarded every event once.
     Gateway(gateway::Args),
     /// Inbox mode against forward mode with a slow downstream: what a sender waits for, then a
     /// burst acknowledged beside the raw claim rate and drained at the downstream's pace.
