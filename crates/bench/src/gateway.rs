@@ -71,6 +71,10 @@ pub struct Args {
     /// Share of deliveries that repeat an earlier event.
     #[arg(long, default_value_t = 0.1)]
     duplicates: f64,
+    /// New deliveries each receiver takes first, not measured nor counted (a JIT, caches and
+    /// connection pools warm up).
+    #[arg(long, default_value_t = 2_000)]
+    warmup: usize,
     /// The idemgate binary (default: next to this one; build it with
     /// `cargo build --release -p idemgate-cli`).
     #[arg(long)]
@@ -222,10 +226,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .map(|r| r.rps);
 
     println!(
-        "\nSigned Stripe deliveries, {} connections, {} requests ({:.0}% repeats, {events} distinct events) to each receiver, forwarded to a downstream answering at once:\n",
+        "\nSigned Stripe deliveries, {} connections, {} requests ({:.0}% repeats, {events} distinct events) to each receiver after {} of warm-up, forwarded to a downstream answering at once:\n",
         args.connections,
         args.requests,
-        args.duplicates * 100.0
+        args.duplicates * 100.0,
+        args.warmup
     );
     let rows: Vec<Vec<String>> = runs
         .iter()
@@ -553,6 +558,14 @@ struct Counter {
 }
 
 impl Counter {
+    fn clear(&self) {
+        self.per_event
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        self.unknown.store(0, Ordering::Relaxed);
+    }
+
     fn summary(&self) -> Forwarded {
         let per_event = self
             .per_event
@@ -705,10 +718,6 @@ pub(crate) fn deliveries(
     n: usize,
     duplicates: f64,
 ) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
-    let sc: idemgate_gateway::config::SourceConfig = serde_json::from_value(serde_json::json!({
-        "name": "stripe-live", "provider": "stripe", "secrets": [SECRET],
-    }))?;
-    let signer = idemgate_gateway::verifier(&sc)?;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rand = move || {
         seed ^= seed << 13;
@@ -716,14 +725,24 @@ pub(crate) fn deliveries(
         seed ^= seed << 17;
         seed
     };
-    let now = SystemTime::now();
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let id = if i > 1000 && (rand() % 10_000) as f64 / 10_000.0 < duplicates {
+    signed((0..n).map(|i| {
+        if i > 1000 && (rand() % 10_000) as f64 / 10_000.0 < duplicates {
             format!("evt_gw_{}", rand() as usize % (i - 1000))
         } else {
             format!("evt_gw_{i}")
-        };
+        }
+    }))
+}
+
+/// One signed delivery of a Stripe event per id, signed now.
+fn signed(ids: impl Iterator<Item = String>) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
+    let sc: idemgate_gateway::config::SourceConfig = serde_json::from_value(serde_json::json!({
+        "name": "stripe-live", "provider": "stripe", "secrets": [SECRET],
+    }))?;
+    let signer = idemgate_gateway::verifier(&sc)?;
+    let now = SystemTime::now();
+    let mut out = Vec::with_capacity(ids.size_hint().0);
+    for id in ids {
         let body = Bytes::from(serde_json::to_vec(&serde_json::json!({
             "id": id, "object": "event", "type": "invoice.paid",
             "data": {"object": {"id": "in_1", "amount_paid": 4200, "currency": "eur"}},
@@ -735,12 +754,22 @@ pub(crate) fn deliveries(
     Ok(out)
 }
 
-/// Sends the deliveries to a receiver listening on `listen`; its rate, latencies and answers.
+/// Warms a receiver listening on `listen` up with `--warmup` new events of their own (then
+/// forgotten by `counter`), then sends the deliveries; its rate, latencies and answers.
 async fn load(
     receiver: Receiver,
     listen: SocketAddr,
+    counter: &Counter,
     args: &Args,
 ) -> anyhow::Result<(f64, Latency, BTreeMap<String, usize>)> {
+    if args.warmup > 0 {
+        let warmup = signed((0..args.warmup).map(|i| format!("evt_warmup_{i}")))?;
+        post_all(listen, warmup, args.connections)
+            .await
+            .with_context(|| format!("warming {} up", receiver.label()))?;
+        // Every warm-up delivery was answered, so its forward is over.
+        counter.clear();
+    }
     let requests = deliveries(args.requests, args.duplicates)?;
     let started = Instant::now();
     let answers = post_all(listen, requests, args.connections)
@@ -783,7 +812,7 @@ async fn gateway(store: Store, bin: &Path, args: &Args) -> anyhow::Result<Run> {
     let mut child = serve(bin, &config_path, listen).await?;
     let pid = child.id().context("the gateway exited at once")?;
     let receiver = Receiver::Idemgate(store);
-    let sent = load(receiver, listen, args).await;
+    let sent = load(receiver, listen, &counter, args).await;
     let peak_rss_kib = peak_rss_kib(pid);
     child.start_kill()?;
     let _ = child.wait().await;
@@ -889,7 +918,7 @@ async fn tutorial_in(dir: &Path, schema: &str, args: &Args) -> anyhow::Result<Ru
             )
         })??;
     let receiver = Receiver::Tutorial;
-    let sent = load(receiver, listen, args).await;
+    let sent = load(receiver, listen, &counter, args).await;
     let (peak_rss_kib, processes) = tree_peak_rss_kib(pid);
     // End of input: the primary stops its workers and exits.
     drop(child.stdin.take());

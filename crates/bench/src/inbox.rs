@@ -67,7 +67,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for mode in ["on_success", "inbox"] {
         let gw = Gateway::start(&bin, mode, down, args.concurrency).await?;
         let (latency, outcomes) = send(gw.listen, args.requests, args.connections).await?;
-        acks.push((mode, latency));
+        acks.push((
+            if mode == "inbox" {
+                "inbox"
+            } else {
+                "forward (on_success)"
+            },
+            latency,
+        ));
         rows.push(vec![
             mode.to_owned(),
             ms(latency.p50),
