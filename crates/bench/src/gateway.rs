@@ -206,6 +206,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         run.raw = Some(raw);
         runs.push(run);
     }
+    // A tutorial receiver that fails is reported after the idemgate rows, not instead of them.
+    let mut failed = None;
     let skipped = match args.tutorial {
         Tutorial::Off => Some("skipped (--tutorial off)".to_owned()),
         Tutorial::On => match node_version(&args.node).await {
@@ -215,8 +217,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )),
             Some(version) => {
                 eprintln!("gateway: the tutorial receiver on node {version}");
-                runs.push(tutorial(&args).await?);
-                None
+                match tutorial(&args).await {
+                    Ok(run) => {
+                        runs.push(run);
+                        None
+                    }
+                    Err(e) => {
+                        let note = format!("failed: {e:#}");
+                        failed = Some(e.context("the tutorial receiver failed"));
+                        Some(note)
+                    }
+                }
             }
         },
     };
@@ -305,7 +316,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let chart = args.out.join("gateway.svg");
     std::fs::write(&chart, draw(&runs, &args)?)?;
     println!("\nchart: {}", chart.display());
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// Whether each target is met, one line each.
