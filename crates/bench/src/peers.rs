@@ -17,6 +17,9 @@
 //! default), group-committing concurrent claims; the Redis store over one multiplexed
 //! connection.
 //!
+//! Before each measurement the host's dirty pages are written out (`sync`), so no engine's fsyncs
+//! pay for what the engine before it left in the page cache.
+//!
 //! After each measurement, the first id of up to ten callers is claimed again and must come back
 //! a duplicate (from JetStream: `"duplicate": true`), so the window is really in use; JetStream's
 //! stream must then hold exactly one message per new id.
@@ -63,6 +66,13 @@ pub struct Args {
     /// Connections the JetStream callers share.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     nats_connections: u64,
+    /// Engines to measure, comma-separated (all by default; every service is still set up).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "jetstream,postgres,redis"
+    )]
+    engines: Vec<Engine>,
     /// The dedup window: JetStream's duplicate_window and idemgate's TTL.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     window: Duration,
@@ -71,10 +81,28 @@ pub struct Args {
     out: PathBuf,
 }
 
-const JETSTREAM: &str = "JetStream (Nats-Msg-Id)";
-const PG: &str = "idemgate-postgres";
-const REDIS: &str = "idemgate-redis store";
-const ENGINES: [&str; 3] = [JETSTREAM, PG, REDIS];
+/// The engines compared, in the order each caller count measures them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Engine {
+    /// NATS JetStream, publishing with Nats-Msg-Id.
+    Jetstream,
+    /// idemgate-postgres, batched expiry.
+    Postgres,
+    /// The idemgate Redis store.
+    Redis,
+}
+
+impl Engine {
+    const ALL: [Self; 3] = [Self::Jetstream, Self::Postgres, Self::Redis];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Jetstream => "JetStream (Nats-Msg-Id)",
+            Self::Postgres => "idemgate-postgres",
+            Self::Redis => "idemgate-redis store",
+        }
+    }
+}
 
 /// The source every key is scoped by.
 const SOURCE: &str = "bench";
@@ -95,7 +123,7 @@ fn event_id(run: usize, caller: usize, i: u64) -> String {
 }
 
 struct Measured {
-    engine: &'static str,
+    engine: Engine,
     callers: usize,
     connections: usize,
     per_sec: f64,
@@ -148,21 +176,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let rate = |callers| {
         rows.iter()
-            .find(|m| m.engine == JETSTREAM && m.callers == callers)
+            .find(|m| m.engine == Engine::Jetstream && m.callers == callers)
             .map_or(f64::NAN, |m| m.per_sec)
     };
     let table_rows: Vec<Vec<String>> = rows
         .iter()
         .map(|m| {
             vec![
-                m.engine.to_owned(),
+                m.engine.name().to_owned(),
                 m.callers.to_string(),
                 m.connections.to_string(),
                 format!("{:.0}", m.per_sec),
                 ms(m.latency.p50),
                 ms(m.latency.p99),
                 ms(m.latency.p999),
-                format!("{:.2}x", m.per_sec / rate(m.callers)),
+                match m.per_sec / rate(m.callers) {
+                    r if r.is_finite() => format!("{r:.2}x"),
+                    _ => "-".to_owned(),
+                },
             ]
         })
         .collect();
@@ -193,7 +224,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     std::fs::create_dir_all(&args.out)?;
     let chart = args.out.join("peers.svg");
-    let bars = ENGINES.iter().fold(
+    let shown = Engine::ALL.into_iter().filter(|e| args.engines.contains(e));
+    let bars = shown.fold(
         Bars::new(
             Frame::new(
                 "peers",
@@ -212,10 +244,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             // A measurement missing (a failed engine) draws as zero.
             let ys = args.callers.iter().map(|c| {
                 rows.iter()
-                    .find(|m| m.engine == *e && m.callers == *c)
+                    .find(|m| m.engine == e && m.callers == *c)
                     .map_or(f64::NAN, |m| m.per_sec)
             });
-            bars.series(Series::new(*e, ys))
+            bars.series(Series::new(e.name(), ys))
         },
     );
     std::fs::write(&chart, bars.render())?;
@@ -237,12 +269,13 @@ async fn measure(args: &Args, names: &Names, nats: &[Nats]) -> anyhow::Result<Ve
     let stored = Arc::new(AtomicU64::new(0));
     let mut out = Vec::new();
     for (run, &callers) in args.callers.iter().enumerate() {
-        for engine in ENGINES {
+        for engine in Engine::ALL.into_iter().filter(|e| args.engines.contains(e)) {
             if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-                eprintln!("measuring {engine} at {callers} callers");
+                eprintln!("measuring {} at {callers} callers", engine.name());
             }
+            settle().await?;
             let (connections, (per_sec, latency)) = match engine {
-                JETSTREAM => {
+                Engine::Jetstream => {
                     let measured = timed(
                         callers,
                         secs,
@@ -253,16 +286,16 @@ async fn measure(args: &Args, names: &Names, nats: &[Nats]) -> anyhow::Result<Ve
                         .await?;
                     (nats.len(), measured)
                 }
-                PG => {
+                Engine::Postgres => {
                     let measured =
                         timed(callers, secs, claim_op(pg.clone(), args.window, run)).await?;
-                    check_idemgate(&pg, engine, args.window, run, callers).await?;
+                    check_idemgate(&pg, engine.name(), args.window, run, callers).await?;
                     (pg_pool, measured)
                 }
-                _ => {
+                Engine::Redis => {
                     let measured =
                         timed(callers, secs, claim_op(redis.clone(), args.window, run)).await?;
-                    check_idemgate(&redis, engine, args.window, run, callers).await?;
+                    check_idemgate(&redis, engine.name(), args.window, run, callers).await?;
                     (1, measured)
                 }
             };
@@ -374,6 +407,20 @@ async fn check_idemgate<S: ClaimStore>(
                 event_id(run, c, 0)
             ),
         }
+    }
+    Ok(())
+}
+
+/// Writes out the host's dirty pages (`sync`) before a measurement. JetStream leaves its
+/// messages in the page cache; on a journaling file system the next engine's first fsyncs would
+/// otherwise write them out too, and that engine would pay for the one measured before it.
+async fn settle() -> anyhow::Result<()> {
+    let status = tokio::process::Command::new("sync")
+        .status()
+        .await
+        .context("cannot run sync to write out the page cache between measurements")?;
+    if !status.success() {
+        bail!("sync failed between measurements ({status})");
     }
     Ok(())
 }
