@@ -160,7 +160,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .create_stream(&names.stream, &[&names.subject], args.window)
         .await
         .with_context(|| format!("cannot create the stream {}", names.stream))?;
-    let result = measure(&args, &names, &nats).await;
+    // Interrupted, the run still removes what it made.
+    let result = tokio::select! {
+        measured = measure(&args, &names, &nats) => measured,
+        stopped = crate::pg::interrupted() => Err(stopped),
+    };
     // Clean up everything, reporting the first failure after trying every step.
     let cleanup = [
         nats[0].delete_stream(&names.stream).await,
