@@ -3,7 +3,9 @@
 //! `Nats-Msg-Id`, and a repeat within the window is acknowledged as a duplicate and not stored).
 //! Beside it, in the same run and at the same callers (16 and 64, or `--callers`): idemgate-postgres
 //! (batched expiry) and the idemgate Redis store, both marking on receipt (a claim is the event
-//! done, as a JetStream publish is).
+//! done, as a JetStream publish is); and idemgate-postgres again with `synchronous_commit = off`
+//! for its sessions, acknowledging before the commit is flushed, as JetStream acknowledges
+//! before fsync (the same durability, to show what the flush costs).
 //!
 //! Every engine sees the same keys: source `bench`, event ids `r<run>-c<caller>-<i>`, all
 //! distinct. idemgate scopes a key by its source; a JetStream window is per stream, so the source
@@ -70,7 +72,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "jetstream,postgres,redis"
+        default_value = "jetstream,postgres,postgres-no-flush,redis"
     )]
     engines: Vec<Engine>,
     /// The dedup window: JetStream's duplicate_window and idemgate's TTL.
@@ -88,17 +90,26 @@ enum Engine {
     Jetstream,
     /// idemgate-postgres, batched expiry.
     Postgres,
+    /// The same with `synchronous_commit = off` for its sessions: acknowledged before the
+    /// commit is flushed, as JetStream acknowledges before fsync.
+    PostgresNoFlush,
     /// The idemgate Redis store.
     Redis,
 }
 
 impl Engine {
-    const ALL: [Self; 3] = [Self::Jetstream, Self::Postgres, Self::Redis];
+    const ALL: [Self; 4] = [
+        Self::Jetstream,
+        Self::Postgres,
+        Self::PostgresNoFlush,
+        Self::Redis,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Self::Jetstream => "JetStream (Nats-Msg-Id)",
             Self::Postgres => "idemgate-postgres",
+            Self::PostgresNoFlush => "idemgate-postgres, synchronous_commit off",
             Self::Redis => "idemgate-redis store",
         }
     }
@@ -135,6 +146,7 @@ struct Names {
     stream: String,
     subject: String,
     schema: String,
+    no_flush_schema: String,
     redis_prefix: String,
 }
 
@@ -144,6 +156,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stream: format!("idemgate_bench_peers_{tag}"),
         subject: format!("idemgate-bench.peers-{tag}.{SOURCE}"),
         schema: format!("bench_peers_{tag}"),
+        no_flush_schema: format!("bench_peers_no_flush_{tag}"),
         redis_prefix: format!("idemgate-bench:{tag}:peers:"),
     };
     let mut nats = Vec::new();
@@ -170,7 +183,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nats[0].delete_stream(&names.stream).await,
         async {
             let admin = crate::pg::admin(&args.postgres.url).await?;
-            crate::pg::drop_schema(&admin, &names.schema).await
+            crate::pg::drop_schema(&admin, &names.schema).await?;
+            crate::pg::drop_schema(&admin, &names.no_flush_schema).await
         }
         .await,
         delete_prefix(&args.redis, &names.redis_prefix).await,
@@ -261,6 +275,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 async fn measure(args: &Args, names: &Names, nats: &[Nats]) -> anyhow::Result<Vec<Measured>> {
     let pg = crate::pg::store(&args.postgres.url, &names.schema, Expiry::batched()).await?;
+    let no_flush_url = with_session_setting(&args.postgres.url, "synchronous_commit", "off");
+    let said: String = crate::pg::admin(&no_flush_url)
+        .await?
+        .query_one("SHOW synchronous_commit", &[])
+        .await?
+        .get(0);
+    if said != "off" {
+        bail!("a session opened with synchronous_commit = off has it {said}");
+    }
+    let pg_no_flush =
+        crate::pg::store(&no_flush_url, &names.no_flush_schema, Expiry::batched()).await?;
     let pg_pool = idemgate_postgres::PgConfig::new(args.postgres.url.clone())
         .pool_size
         .get();
@@ -294,6 +319,12 @@ async fn measure(args: &Args, names: &Names, nats: &[Nats]) -> anyhow::Result<Ve
                     let measured =
                         timed(callers, secs, claim_op(pg.clone(), args.window, run)).await?;
                     check_idemgate(&pg, engine.name(), args.window, run, callers).await?;
+                    (pg_pool, measured)
+                }
+                Engine::PostgresNoFlush => {
+                    let store = pg_no_flush.clone();
+                    let measured = timed(callers, secs, claim_op(store, args.window, run)).await?;
+                    check_idemgate(&pg_no_flush, engine.name(), args.window, run, callers).await?;
                     (pg_pool, measured)
                 }
                 Engine::Redis => {
@@ -413,6 +444,17 @@ async fn check_idemgate<S: ClaimStore>(
         }
     }
     Ok(())
+}
+
+/// `url` with a server setting for its sessions (`options=-c name=value`), in URL or key=value
+/// form.
+fn with_session_setting(url: &str, name: &str, value: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}options=-c%20{name}%3D{value}")
+    } else {
+        format!("{url} options='-c {name}={value}'")
+    }
 }
 
 /// Writes out the host's dirty pages (`sync`) before a measurement. JetStream leaves its
