@@ -53,8 +53,9 @@ enum Scenario {
     /// burst acknowledged beside the raw claim rate and drained at the downstream's pace.
     Inbox(inbox::Args),
     /// idemgate beside NATS JetStream's publish dedup (Nats-Msg-Id into a stream with a duplicate
-    /// window on file storage): idemgate-postgres and the idemgate Redis store marking on
-    /// receipt, claims/s and p50/p99/p999 at 16 and 64 callers, same run.
+    /// window on file storage): idemgate-postgres (also with synchronous_commit off) and the
+    /// idemgate Redis store marking on receipt, claims/s and p50/p99/p999 at 16 and 64 callers,
+    /// same run.
     Peers(peers::Args),
 }
 

@@ -11,6 +11,8 @@
 //! distinct. idemgate scopes a key by its source; a JetStream window is per stream, so the source
 //! goes into the message id (`bench/<event id>`), on the subject `<stream's prefix>.bench`. The
 //! dedup window is the same for all (`--window`: JetStream's `duplicate_window`, idemgate's TTL).
+//! JetStream's messages have an empty body: the id is all a dedup needs, and idemgate keeps no
+//! body in these modes either.
 //!
 //! Each caller waits for its own answer before the next claim or publish, for every engine. The
 //! JetStream callers share `--nats-connections` connections (4 by default; caller `c` takes
@@ -126,8 +128,11 @@ const LEASE: Duration = Duration::from_secs(60);
 const DURABILITY_NOTE: &str = "JetStream holds its duplicate window in memory (a map of the \
      window's message ids) and acknowledges a publish once its file store has the message, \
      before any fsync (the file store syncs on a timer, not per publish); idemgate-postgres \
-     acknowledges a claim after its transaction's commit is flushed to disk, and the Redis store \
-     once Redis has run the claim script in memory (as durable as Redis's own persistence).";
+     acknowledges a claim after its transaction's commit is flushed to disk, or with \
+     synchronous_commit off before the flush, as JetStream does (a server crash can then forget \
+     up to 3 x wal_writer_delay, 600 ms by default, of claims, whose retries would be processed \
+     again); the Redis store once Redis has \
+     run the claim script in memory (as durable as Redis's own persistence).";
 
 fn event_id(run: usize, caller: usize, i: u64) -> String {
     format!("r{run}-c{caller}-{i}")
@@ -500,5 +505,30 @@ async fn delete_prefix(url: &str, prefix: &str) -> anyhow::Result<()> {
             return Ok(());
         }
         cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_setting_goes_in_either_url_form() {
+        assert_eq!(
+            with_session_setting(
+                "postgres://root@localhost/test",
+                "synchronous_commit",
+                "off"
+            ),
+            "postgres://root@localhost/test?options=-c%20synchronous_commit%3Doff"
+        );
+        assert_eq!(
+            with_session_setting("postgres://h/db?sslmode=disable", "a", "b"),
+            "postgres://h/db?sslmode=disable&options=-c%20a%3Db"
+        );
+        assert_eq!(
+            with_session_setting("host=h user=u", "a", "b"),
+            "host=h user=u options='-c a=b'"
+        );
     }
 }
