@@ -156,6 +156,9 @@ struct Names {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.callers.contains(&0) {
+        bail!("--callers: 0 callers measure nothing; give counts of 1 or more");
+    }
     let tag = std::process::id();
     let names = Names {
         stream: format!("idemgate_bench_peers_{tag}"),
