@@ -6,9 +6,10 @@
 //!
 //! # Layout
 //!
-//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`: one module per scenario, each with its
-//!   `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
-//! - `pg`: the PostgreSQL helpers the scenarios share; `progress`: bars or lines on stderr.
+//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`, `peers`: one module per scenario, each
+//!   with its `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
+//! - `pg`: the PostgreSQL helpers the scenarios share; `nats`: a minimal NATS client for
+//!   JetStream; `progress`: bars or lines on stderr.
 //! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
 //!   drawn by `idemgate-chart`.
 
@@ -17,6 +18,8 @@ mod cleanup;
 mod gateway;
 mod growth;
 mod inbox;
+mod nats;
+mod peers;
 mod pg;
 mod progress;
 mod report;
@@ -50,6 +53,11 @@ enum Scenario {
     /// Inbox mode against forward mode with a slow downstream: what a sender waits for, then a
     /// burst acknowledged beside the raw claim rate and drained at the downstream's pace.
     Inbox(inbox::Args),
+    /// idemgate beside NATS JetStream's publish dedup (Nats-Msg-Id into a stream with a duplicate
+    /// window on file storage): idemgate-postgres (also with synchronous_commit off) and the
+    /// idemgate Redis store marking on receipt, claims/s and p50/p99/p999 at 16 and 64 callers,
+    /// same run.
+    Peers(peers::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +72,7 @@ fn main() -> anyhow::Result<()> {
             Scenario::Claims(args) => claims::run(args).await,
             Scenario::Growth(args) => growth::run(args).await,
             Scenario::Cleanup(args) => cleanup::run(args).await,
+            Scenario::Peers(args) => peers::run(args).await,
         }
     })
 }
