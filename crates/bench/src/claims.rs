@@ -82,7 +82,11 @@ struct Measured {
 }
 
 /// Runs `op(caller, i)` from `callers` tasks for `secs`; claims per second and latencies.
-async fn timed<F, Fut>(callers: usize, secs: Duration, op: F) -> anyhow::Result<(f64, Latency)>
+pub(crate) async fn timed<F, Fut>(
+    callers: usize,
+    secs: Duration,
+    op: F,
+) -> anyhow::Result<(f64, Latency)>
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send,

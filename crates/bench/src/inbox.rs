@@ -8,6 +8,9 @@
 //! acknowledged at what rate against the raw claim rate of the same store, and drained at the
 //! downstream's pace with the configured concurrency, the queue's oldest pending age sampled as
 //! it drains.
+//!
+//! Charts, in `--out`: `inbox.svg` (each mode's acknowledgement p50 and p99) and, with a burst,
+//! `inbox-drain.svg` (the oldest pending age and the queue over time).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use idemgate_chart::{Frame, LineChart, LinePanel, Series, XAxis};
+use idemgate_chart::{BarLayout, Bars, Frame, LineChart, LinePanel, Series, XAxis};
 
-use crate::gateway::{SECRET, deliveries, free_port, post_all, serve};
+use crate::gateway::{SECRET, Work, deliveries, free_port, post_all, serve};
 use crate::report::{Latency, ms, table};
 
 #[derive(Debug, clap::Args)]
@@ -42,9 +45,9 @@ pub struct Args {
     /// The idemgate binary (default: next to this one).
     #[arg(long)]
     idemgate: Option<PathBuf>,
-    /// Where to draw the burst's drain: the oldest pending age and the queue over time (SVG).
-    #[arg(long, default_value = "inbox-drain.svg")]
-    chart: PathBuf,
+    /// Where the charts go.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -60,9 +63,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (down, delivered) = downstream(args.delay).await?;
     let mut rows = Vec::new();
+    let mut acks = Vec::new();
     for mode in ["on_success", "inbox"] {
         let gw = Gateway::start(&bin, mode, down, args.concurrency).await?;
         let (latency, outcomes) = send(gw.listen, args.requests, args.connections).await?;
+        acks.push((
+            if mode == "inbox" {
+                "inbox"
+            } else {
+                "forward (on_success)"
+            },
+            latency,
+        ));
         rows.push(vec![
             mode.to_owned(),
             ms(latency.p50),
@@ -85,6 +97,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &rows
         )
     );
+    std::fs::create_dir_all(&args.out)?;
+    let chart = args.out.join("inbox.svg");
+    std::fs::write(&chart, draw_acks(&acks, &args))?;
+    println!("\nchart: {}", chart.display());
     if args.burst == 0 {
         return Ok(());
     }
@@ -92,7 +108,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let raw = {
         let dir = tempfile::tempdir()?;
         let s = idemgate_sqlite::SqliteStore::open(dir.path())?;
-        crate::gateway::drive(s, args.burst, args.connections).await?
+        crate::gateway::drive(s, args.burst, args.connections, Work::Claim).await?
     };
     let gw = Gateway::start(&bin, "inbox", down, args.concurrency).await?;
     let before = delivered.load(Ordering::Relaxed);
@@ -158,8 +174,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|(at, _, pending)| (at.as_secs_f64(), *pending)),
     );
+    let chart = args.out.join("inbox-drain.svg");
     std::fs::write(
-        &args.chart,
+        &chart,
         LineChart::new(
             Frame::new(
                 "inbox-drain",
@@ -177,7 +194,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .panel(LinePanel::new("items in the queue").series(queued))
         .render(),
     )?;
-    println!("\nchart: {}", args.chart.display());
+    println!("\nchart: {}", chart.display());
     println!("\noldest pending age while draining (every ~10th sample):");
     for (i, (at, oldest, pending)) in samples.iter().enumerate() {
         if i % 10 == 0 || i + 1 == samples.len() {
@@ -190,6 +207,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Each mode's acknowledgement p50 and p99, side by side.
+fn draw_acks(acks: &[(&str, Latency)], args: &Args) -> String {
+    let in_ms = |d: Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+    Bars::new(
+        Frame::new(
+            "inbox",
+            &format!(
+                "What a sender waits for: forward mode against inbox mode ({} deliveries each, {} connections, downstream taking {})",
+                args.requests,
+                args.connections,
+                humantime::format_duration(args.delay)
+            ),
+        ),
+        acks.iter().map(|(mode, _)| (*mode).to_owned()).collect(),
+        "mode",
+        "acknowledgement latency, ms",
+    )
+    .layout(BarLayout::Grouped)
+    .series(Series::new("p50", acks.iter().map(|(_, l)| in_ms(l.p50))))
+    .series(Series::new("p99", acks.iter().map(|(_, l)| in_ms(l.p99))))
+    .render()
 }
 
 /// The sum of a metric's samples in an exposition.

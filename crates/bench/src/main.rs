@@ -6,8 +6,10 @@
 //!
 //! # Layout
 //!
-//! - `claims`, `growth`, `cleanup`, `gateway`: one module per scenario, each with its `Args`.
-//! - `pg`: the PostgreSQL helpers the scenarios share; `progress`: bars or lines on stderr.
+//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`, `peers`: one module per scenario, each
+//!   with its `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
+//! - `pg`: the PostgreSQL helpers the scenarios share; `nats`: a minimal NATS client for
+//!   JetStream; `progress`: bars or lines on stderr.
 //! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
 //!   drawn by `idemgate-chart`.
 
@@ -16,6 +18,8 @@ mod cleanup;
 mod gateway;
 mod growth;
 mod inbox;
+mod nats;
+mod peers;
 mod pg;
 mod progress;
 mod report;
@@ -42,12 +46,18 @@ enum Scenario {
     /// by idemgate's batched sweeper and by partition drop: p99 and throughput against idle,
     /// longest lock wait, WAL written, dead tuples left.
     Cleanup(cleanup::Args),
-    /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve`, beside the
-    /// raw claim throughput of the same store.
+    /// Signed Stripe deliveries (new and duplicate) against a running `idemgate serve` and the
+    /// tutorial receiver (Express + stripe-node + node-postgres, `tutorial/`), same run, beside
+    /// the raw claim+complete rate of the same store; checks each forwarded every event once.
     Gateway(gateway::Args),
     /// Inbox mode against forward mode with a slow downstream: what a sender waits for, then a
     /// burst acknowledged beside the raw claim rate and drained at the downstream's pace.
     Inbox(inbox::Args),
+    /// idemgate beside NATS JetStream's publish dedup (Nats-Msg-Id into a stream with a duplicate
+    /// window on file storage): idemgate-postgres (also with synchronous_commit off) and the
+    /// idemgate Redis store marking on receipt, claims/s and p50/p99/p999 at 16 and 64 callers,
+    /// same run.
+    Peers(peers::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,6 +72,7 @@ fn main() -> anyhow::Result<()> {
             Scenario::Claims(args) => claims::run(args).await,
             Scenario::Growth(args) => growth::run(args).await,
             Scenario::Cleanup(args) => cleanup::run(args).await,
+            Scenario::Peers(args) => peers::run(args).await,
         }
     })
 }
