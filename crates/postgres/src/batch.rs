@@ -7,8 +7,9 @@
 //! it, and, under load (it had to wait for a free slot, or another batch is still in flight),
 //! lingers up to `batch_linger` for more, until it holds as many as recent batches did (at most
 //! `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
-//! queue fills while the database works and each commit carries many calls. With nothing in
-//! flight a lone call goes at once: a single caller pays no linger.
+//! queue fills while the database works and each commit carries many calls. A call that finds
+//! nothing queued and a slot free is a batch of its own, sent at once from the caller's task:
+//! a single caller pays no linger and no hop through the batcher task.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -76,10 +77,53 @@ pub(crate) struct Finish {
 /// Completions and releases: `finish_batch`; each answer says whether the token held the claim.
 pub(crate) struct Finishes;
 
-/// The batcher: runs until every sender (every `PgStore` clone) is gone.
-pub(crate) async fn run<J: Job>(db: Db, mut queue: mpsc::Receiver<Pending<J>>) {
+/// The callers' side of a batcher of `J`: its queue and its slots. The batcher task stops once
+/// the last clone is dropped.
+pub(crate) struct Batcher<J: Job> {
+    queue: mpsc::Sender<Pending<J>>,
+    inflight: Arc<Semaphore>,
+    db: Db,
+}
+
+impl<J: Job> Batcher<J> {
+    /// Starts the batcher task on `db` (on the current tokio runtime).
+    pub(crate) fn start(db: Db) -> Self {
+        let (queue, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
+        let inflight = Arc::new(Semaphore::new(db.cfg.batch_inflight.get()));
+        tokio::spawn(run(db.clone(), rx, inflight.clone()));
+        Self {
+            queue,
+            inflight,
+            db,
+        }
+    }
+
+    /// One call, answered once its batch committed. With nothing queued and a slot free, the
+    /// call is a batch of its own, sent from the caller's task: a lone caller pays no hop
+    /// through the batcher task.
+    pub(crate) async fn call(&self, item: J::Item) -> Result<J::Answer, StoreError> {
+        let (reply, answered) = oneshot::channel();
+        let pending = Pending { item, reply };
+        if self.queue.capacity() == self.queue.max_capacity()
+            && let Ok(permit) = self.inflight.clone().try_acquire_owned()
+        {
+            let batch = vec![pending];
+            let result = retried::<J>(&self.db, &batch).await;
+            drop(permit);
+            answer(batch, result);
+        } else {
+            self.queue
+                .send(pending)
+                .await
+                .map_err(|_| StoreError::Closed)?;
+        }
+        answered.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// The batcher task: runs until every [`Batcher`] (every `PgStore` clone) is gone.
+async fn run<J: Job>(db: Db, mut queue: mpsc::Receiver<Pending<J>>, inflight: Arc<Semaphore>) {
     let slots = db.cfg.batch_inflight.get();
-    let inflight = Arc::new(Semaphore::new(slots));
     let max = db.cfg.batch_max.get();
     let linger = db.cfg.batch_linger;
     let mut recent = 1usize;

@@ -13,9 +13,8 @@ use idemgate_core::{
     HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
     StoreError, StoreStats, Timestamp,
 };
-use tokio::sync::{mpsc, oneshot};
 
-use crate::batch::{self, Claim, Claims, Finish, Finishes, Pending};
+use crate::batch::{Batcher, Claim, Claims, Finish, Finishes};
 use crate::config::PgConfig;
 use crate::db::Db;
 use crate::error::PgError;
@@ -38,9 +37,9 @@ pub struct PgStore {
 
 struct Inner {
     db: Db,
-    claims: mpsc::Sender<Pending<Claims>>,
+    claims: Batcher<Claims>,
     /// Completions and releases, group-committed like claims.
-    finishes: mpsc::Sender<Pending<Finishes>>,
+    finishes: Batcher<Finishes>,
     /// The schema's `meta.store_id`, read at connect.
     store_id: String,
 }
@@ -124,10 +123,8 @@ impl PgStore {
             .await
             .map_err(PgError::db(CONTEXT))?;
         let store_id: String = row::get(&row, "value", CONTEXT)?;
-        let (claims, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
-        tokio::spawn(batch::run(db.clone(), rx));
-        let (finishes, rx) = mpsc::channel(db.cfg.batch_max.get() * 4);
-        tokio::spawn(batch::run(db.clone(), rx));
+        let claims = Batcher::start(db.clone());
+        let finishes = Batcher::start(db.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
@@ -152,24 +149,18 @@ impl PgStore {
         let Ok(attempt) = i32::try_from(token.attempt) else {
             return Err(stale(token));
         };
-        let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            item: Finish {
+        let held = self
+            .inner
+            .finishes
+            .call(Finish {
                 source: token.key.source.as_str().to_owned(),
                 event_id: token.key.event_id.as_str().to_owned(),
                 attempt,
                 // The nonce travels as bigint, bit for bit.
                 nonce: token.nonce as i64,
                 release,
-            },
-            reply,
-        };
-        self.inner
-            .finishes
-            .send(pending)
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        let held = answer.await.map_err(|_| StoreError::Closed)??;
+            })
+            .await?;
         if held { Ok(()) } else { Err(stale(token)) }
     }
 
@@ -240,20 +231,13 @@ impl ClaimStore for PgStore {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let ttl = u64::try_from(millis(req.ttl)).unwrap_or(0);
         self.inner.db.max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
-        let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            item: Claim {
-                req,
-                nonce: idemgate_core::machine::nonce(),
-            },
-            reply,
-        };
         self.inner
             .claims
-            .send(pending)
+            .call(Claim {
+                req,
+                nonce: idemgate_core::machine::nonce(),
+            })
             .await
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]

@@ -146,20 +146,73 @@ async fn a_schema_of_the_other_expiry_mode_is_refused() {
 
 /// On a current-thread runtime, `join!` queues every claim before the batcher runs, so they
 /// travel in one batch.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_of_one_key_in_one_batch_resolve_in_order() {
-    let Some(store) = TestStore::new(Expiry::batched()).await else {
+    if !server_up().await {
         return;
-    };
-    let (a, b) = (key(), key());
+    }
+    // One batch slot, held by a claim that waits on an uncommitted insert of its key: the five
+    // claims below all queue, and go as one batch once it is free.
+    let (mut cfg, guard) = common::config(Expiry::batched());
+    cfg.batch_inflight = NonZeroUsize::new(1).unwrap();
+    let store = common::connect(cfg).await.unwrap();
     let ttl = Duration::from_secs(3_600);
-    let (r1, r2, r3, r4, r5) = tokio::join!(
-        store.claim(req(&a, ttl)),
-        store.claim(req(&a, ttl)),
-        store.claim(req(&b, ttl).mode(ClaimMode::OnReceipt)),
-        store.claim(req(&a, ttl)),
-        store.claim(req(&b, ttl)),
-    );
+    let raw = common::raw(&guard.schema).await;
+    let blocker = key();
+    raw.batch_execute(&format!(
+        "BEGIN; INSERT INTO dedup (source, event_id, state, attempt, nonce, first_seen, \
+         expires_at) VALUES ('{}', '{}', 'done', 1, 1, now(), now() + interval '1 hour')",
+        blocker.source.as_str(),
+        blocker.event_id.as_str()
+    ))
+    .await
+    .unwrap();
+    let raw_pid: i32 = raw
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let held = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(req(&blocker, ttl)).await }
+    });
+    let watcher = common::raw(&guard.schema).await;
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))",
+                &[&raw_pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (a, b) = (key(), key());
+    let five = tokio::spawn({
+        let store = store.clone();
+        let (a, b) = (a.clone(), b.clone());
+        async move {
+            tokio::join!(
+                store.claim(req(&a, ttl)),
+                store.claim(req(&a, ttl)),
+                store.claim(req(&b, ttl).mode(ClaimMode::OnReceipt)),
+                store.claim(req(&a, ttl)),
+                store.claim(req(&b, ttl)),
+            )
+        }
+    });
+    // Long enough for the five to be queued; they cannot be sent before the rollback.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    raw.batch_execute("ROLLBACK").await.unwrap();
+    assert!(matches!(
+        held.await.unwrap().unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    let (r1, r2, r3, r4, r5) = five.await.unwrap();
     assert!(matches!(r1.unwrap(), ClaimOutcome::Claimed { .. }));
     assert!(matches!(r2.unwrap(), ClaimOutcome::InFlight { .. }));
     assert!(matches!(r3.unwrap(), ClaimOutcome::Claimed { .. }));
