@@ -182,7 +182,9 @@ impl RedisStore {
     pub(super) async fn run_lookup(&self, key: &Key) -> Result<EventView, RedisError> {
         let mut conn = self.conn.clone();
         let (retention, cap) = self.shared.history_args;
-        let (record, rows): (Option<String>, Vec<String>) = self
+        // r as stored (when live), the event's fingerprint g and holder o, the rows.
+        type Stored = (Option<String>, Option<String>, Option<String>, Vec<String>);
+        let (record, g, o, rows): Stored = self
             .shared
             .scripts
             .lookup
@@ -192,12 +194,13 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(RedisError::command("lookup script"))?;
+        let (g, o) = (g.as_deref(), o.as_deref());
         let record = record
-            .map(|r| parse_record(&r).ok_or_else(|| RedisError::reply("lookup script", r)))
+            .map(|r| parse_record(&r, g, o).ok_or_else(|| RedisError::reply("lookup script", r)))
             .transpose()?;
         let history = rows
             .into_iter()
-            .map(|h| parse_history(&h).ok_or_else(|| RedisError::reply("lookup script", h)))
+            .map(|h| parse_history(&h, g).ok_or_else(|| RedisError::reply("lookup script", h)))
             .collect::<Result<_, _>>()?;
         Ok(EventView {
             key: key.clone(),

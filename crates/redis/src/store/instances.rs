@@ -34,27 +34,31 @@ impl RedisStore {
                     .scan_page(&node, cursor, &pattern)
                     .await
                     .map_err(RedisError::command("SCAN"))?;
-                let records: Vec<Option<String>> = if page.is_empty() {
+                // Each event's record r, fingerprint g and holder o (see `lua/common.lua`).
+                let records: Vec<[Option<String>; 3]> = if page.is_empty() {
                     Vec::new()
                 } else {
                     let mut pipe = redis::pipe();
                     for key in &page {
-                        pipe.cmd("HGET").arg(key).arg("r");
+                        pipe.cmd("HMGET").arg(key).arg(&["r", "g", "o"]);
                     }
                     conn.pipeline_on_node(&node, pipe)
                         .await
-                        .map_err(RedisError::command("HGET"))?
+                        .map_err(RedisError::command("HMGET"))?
                         .into_iter()
                         .map(redis::from_redis_value)
                         .collect::<Result<_, _>>()
-                        .map_err(|e| RedisError::command("HGET")(e.into()))?
+                        .map_err(|e| RedisError::command("HMGET")(e.into()))?
                 };
-                for (event_key, record) in page.iter().zip(records) {
-                    let held_before = record.as_deref().and_then(parse_record).is_some_and(|r| {
-                        r.state == RecordState::Processing
-                            && r.holder
-                                .is_some_and(|h| h.instance == *instance && h.boot < boot)
-                    });
+                for (event_key, [record, g, o]) in page.iter().zip(records) {
+                    let held_before = record
+                        .as_deref()
+                        .and_then(|r| parse_record(r, g.as_deref(), o.as_deref()))
+                        .is_some_and(|r| {
+                            r.state == RecordState::Processing
+                                && r.holder
+                                    .is_some_and(|h| h.instance == *instance && h.boot < boot)
+                        });
                     if !held_before {
                         continue;
                     }

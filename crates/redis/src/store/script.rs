@@ -5,12 +5,16 @@ use redis::Script;
 use crate::conn::Conn;
 use crate::error::RedisError;
 
-/// What every event script starts with: the hash layout, reading and writing records and rows.
+/// What every script starts with: the hash layout, reading and writing records and rows.
 const COMMON: &str = include_str!("../lua/common.lua");
 
-/// An event script: `common.lua`, then `body`.
-fn event_script(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
+/// An operation's script: `common.lua`, then `body`, the operation's file. The file defines the
+/// operation as a function of `KEYS` and `ARGV` and hands it to `register`; the script keeps it
+/// and runs it.
+fn operation_script(body: &str) -> Script {
+    Script::new(&format!(
+        "local run\nlocal function register(_, f)\n  run = f\nend\n{COMMON}\n{body}\nreturn run(KEYS, ARGV)\n"
+    ))
 }
 
 /// Every script store mode runs, one per operation.
@@ -27,13 +31,12 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
-            claim: event_script(include_str!("../lua/claim.lua")),
-            finish: event_script(include_str!("../lua/finish.lua")),
-            lookup: event_script(include_str!("../lua/lookup.lua")),
-            renew: event_script(include_str!("../lua/renew.lua")),
-            abandon: event_script(include_str!("../lua/abandon.lua")),
-            // Not an event script: no common.lua.
-            boot: Script::new(include_str!("../lua/boot.lua")),
+            claim: operation_script(include_str!("../lua/claim.lua")),
+            finish: operation_script(include_str!("../lua/finish.lua")),
+            lookup: operation_script(include_str!("../lua/lookup.lua")),
+            renew: operation_script(include_str!("../lua/renew.lua")),
+            abandon: operation_script(include_str!("../lua/abandon.lua")),
+            boot: operation_script(include_str!("../lua/boot.lua")),
         }
     }
 
