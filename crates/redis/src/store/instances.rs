@@ -5,6 +5,7 @@ use idemgate_core::{Boot, HistoryOutcome, Holder, InstanceName, RecordState, Tim
 
 use super::RedisStore;
 use super::record::parse_record;
+use super::script::Call;
 use crate::error::RedisError;
 use crate::reply;
 
@@ -16,15 +17,14 @@ impl RedisStore {
     /// is not (a crash during it leaves the rest to their leases).
     pub(super) async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
         let keys = &self.shared.keys;
-        let mut conn = self.conn.clone();
-        let (boot, started): (u64, i64) = self
-            .shared
-            .scripts
-            .boot
-            .key(keys.instance(instance))
-            .invoke_async(&mut conn)
+        let mut call = Call::default();
+        call.key(keys.instance(instance));
+        let scripts = &self.shared.scripts;
+        let (boot, started): (u64, i64) = scripts
+            .run(&self.conn, &scripts.boot, &call)
             .await
             .map_err(RedisError::command("boot script"))?;
+        let mut conn = self.conn.clone();
         let pattern = keys.events_pattern();
         let mut freed = 0;
         for node in conn.masters().await.map_err(RedisError::command("PING"))? {

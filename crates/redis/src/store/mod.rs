@@ -46,7 +46,7 @@ use idemgate_core::{
     HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
     StoreError, StoreStats, Timestamp, machine,
 };
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, Value};
 use tracing::{info, instrument, warn};
 
 use crate::config::{RedisConfig, StoreKeys};
@@ -54,7 +54,7 @@ use crate::conn::{Conn, Node, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
-use script::Scripts;
+use script::{Call, Operation, Scripts};
 
 /// The Redis store (store mode). Cheap to clone: clones share one multiplexed connection.
 #[derive(Debug, Clone)]
@@ -182,16 +182,15 @@ impl RedisStore {
     async fn eval<T: FromRedisValue>(
         &self,
         label: &'static str,
-        script: &Script,
+        op: &Operation,
         key: &Key,
-        add: impl Fn(&mut ScriptInvocation<'_>),
+        add: impl Fn(&mut Call),
     ) -> Result<(T, bool), RedisError> {
         loop {
             let in_script = self.shared.stream_in_script.load(Ordering::Relaxed);
-            let mut inv = self.invocation(script, key, in_script);
-            add(&mut inv);
-            let mut conn = self.conn.clone();
-            match inv.invoke_async(&mut conn).await {
+            let mut call = self.call(key, in_script);
+            add(&mut call);
+            match self.shared.scripts.run(&self.conn, op, &call).await {
                 Ok(answer) => return Ok((answer, in_script)),
                 Err(e) if in_script && e.code() == Some("CROSSSLOT") => {
                     warn!(
@@ -205,23 +204,23 @@ impl RedisStore {
         }
     }
 
-    /// `script` on `key`'s event, with the arguments every script takes (see `lua/common.lua`).
-    fn invocation<'a>(&self, script: &'a Script, key: &Key, stream: bool) -> ScriptInvocation<'a> {
+    /// A call on `key`'s event, with the arguments every operation takes (see `lua/common.lua`).
+    fn call(&self, key: &Key, stream: bool) -> Call {
         let s = &self.shared;
         let (retention, cap) = s.history_args;
-        let mut inv = script.key(s.keys.event(key));
-        inv.arg(retention).arg(cap);
+        let mut call = Call::default();
+        call.key(s.keys.event(key)).arg(retention).arg(cap);
         match s.cfg.source_stream_maxlen {
             Some(maxlen) if stream => {
-                inv.key(s.keys.stream(&key.source))
+                call.key(s.keys.stream(&key.source))
                     .arg(maxlen.get())
                     .arg(key.event_id.as_str());
             }
             _ => {
-                inv.arg(0).arg("");
+                call.arg(0).arg("");
             }
         }
-        inv
+        call
     }
 }
 
