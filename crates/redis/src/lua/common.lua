@@ -92,7 +92,8 @@ end
 -- `ev.g` and `ev.o` as stored (nil when absent). For a new event: nil, {n = 0}.
 local function load(KEYS, now)
   local got = redis.call('HMGET', KEYS[1], 'r', 'n', 'f', 'p', 'g', 'o')
-  local ev = {n = 0, r = got[1] or nil, g = got[5] or nil, o = got[6] or nil}
+  -- (new_g, set by fp_ref, is in the constructor so that setting it needs no larger table.)
+  local ev = {n = 0, r = got[1] or nil, g = got[5] or nil, o = got[6] or nil, new_g = false}
   local rec = nil
   if got[1] then
     rec = parse(KEYS, got[1], ev.g, ev.o)
@@ -208,7 +209,7 @@ local function write(KEYS, ARGV, ev, at, outcome, processed, a, g, fp, record, h
     end
     redis.call('HSET', KEYS[1], unpack(fields, 1, k))
   end
-  ev.new_g = nil
+  ev.new_g = false
   if n + 1 > ARGV[2] + 0 then
     redis.call('HDEL', KEYS[1], 'h' .. ms(n + 1 - ARGV[2]))
   end

@@ -1,7 +1,8 @@
 //! Store mode: Redis (standalone or Cluster) as the only store.
 //!
-//! Each operation is one Lua script (`src/lua/`) over one hash per event, holding its record and
-//! its capped history. The scripts read the server's clock (`TIME`), so every expiry decision is
+//! Each operation is one Lua function (`src/lua/`; one `FCALL`, or one `EVALSHA` where the server
+//! has no Functions: see `script`) over one hash per event, holding its record and its capped
+//! history. The operations read the server's clock (`TIME`), so every expiry decision is
 //! the server's: a record past its `expires_at` is absent to them, and the hash itself expires
 //! (`PEXPIREAT`) once both the record and the history retention are over.
 //!
@@ -19,7 +20,8 @@
 //!
 //! - this file: [`RedisStore`], connecting, running a script on an event (`eval`), and the
 //!   core traits, each delegating to the module of its concern;
-//! - `script`: the Lua scripts and their loading; `checks`: the start-up checks;
+//! - `script`: the Lua, its loading (a function library, else scripts) and running it; `checks`:
+//!   the start-up checks;
 //! - `claims`: claim, complete, release, renew and lookup; `record`: the record and history row
 //!   text read back;
 //! - `history`: the sources' streams (append, observe, trim); `stats`: counting;
@@ -92,7 +94,8 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisStore {
-    /// Connects, checks the server (see below) and loads the scripts.
+    /// Connects, checks the server (see below) and loads the Lua (a function library, or scripts
+    /// on a server without Functions).
     ///
     /// The checks, on every master: `maxmemory-policy` must be `noeviction` (every idemgate key
     /// has a TTL, so `volatile-*` policies evict them too) unless
@@ -102,7 +105,7 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`RedisError::Config`], [`RedisError::Connect`], [`RedisError::EvictingPolicy`], or
-    /// [`RedisError::Command`] when a check or the script load fails.
+    /// [`RedisError::Command`] when a check or loading the Lua fails.
     pub async fn connect(cfg: RedisConfig) -> Result<Self, RedisError> {
         let certs = cfg.check(&StoreKeys::LIBRARY)?;
         let timeouts = Timeouts {
