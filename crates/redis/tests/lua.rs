@@ -8,7 +8,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{PrefixHarness, TestServer, WHAT_TO_INSTALL, unique_prefix};
+use common::{PrefixHarness, TestServer, WHAT_TO_INSTALL, libraries, unique_prefix};
 use idemgate_core::testkit::{RealTimeHarness, require_service};
 use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, HistoryOutcome, Holder, InstanceName,
@@ -47,19 +47,6 @@ idemgate_core::instances_conformance_tests!(scripts_harness());
 
 fn fp(byte: u8) -> Fingerprint {
     Fingerprint([byte; 32])
-}
-
-fn libraries(con: &mut redis::Connection) -> Vec<String> {
-    let list: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(con).unwrap();
-    list.into_iter()
-        .filter_map(|lib| {
-            let fields: Vec<redis::Value> = redis::from_redis_value(lib).ok()?;
-            let at = fields.iter().position(|f| {
-                redis::from_redis_value::<String>(f.clone()).ok().as_deref() == Some("library_name")
-            })?;
-            redis::from_redis_value(fields.get(at + 1)?.clone()).ok()
-        })
-        .collect()
 }
 
 /// The store loads its library at connect; a server that lost it (`FUNCTION FLUSH`, a restart
