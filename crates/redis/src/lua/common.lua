@@ -100,12 +100,12 @@ local function load(KEYS, now)
     if rec.err then
       return rec
     end
-    if not ev.g and rec.fp ~= '' then
-      -- A record of the earlier layout: its fingerprint becomes the event's at the next write.
-      ev.g, ev.new_g = rec.fp, true
-    end
     if now >= rec.expires_at then
       rec = nil
+    elseif not ev.g and rec.fp ~= '' then
+      -- A live record of the earlier layout: its fingerprint becomes the event's at the next
+      -- write.
+      ev.g, ev.new_g = rec.fp, true
     end
   end
   if got[2] then
