@@ -28,7 +28,7 @@ cli() { redis-cli -p "$PORT" "$@"; }
 # The library, as Scripts::new (src/store/script.rs) builds it.
 { cat common.lua; printf '\n'; for op in claim finish lookup renew abandon boot; do cat "$op.lua"; printf '\n'; done; } >"$DIR/body.lua"
 HASH=$(sha1sum "$DIR/body.lua" | cut -c1-16)
-{ printf '#!lua name=idemgate_%s\nlocal function register(name, f)\n  redis.register_function(%s, f)\nend\n' \
+{ printf '#!lua name=idemgate_%s\nlocal function register(name, f, flags)\n  redis.register_function{function_name = %s, callback = f, flags = flags or {}}\nend\n' \
     "$HASH" "'idemgate_${HASH}_' .. name"; cat "$DIR/body.lua"; } >"$DIR/library.lua"
 cli FUNCTION LOAD REPLACE "$(cat "$DIR/library.lua")" >/dev/null
 CLAIM=idemgate_${HASH}_claim

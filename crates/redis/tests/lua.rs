@@ -262,3 +262,43 @@ async fn events_of_the_earlier_layout_still_read() {
         ]
     );
 }
+
+/// A server out of memory (`noeviction`) refuses claims, but still answers lookups: the lookup
+/// function is declared `no-writes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_still_answers_lookups() {
+    let Some(server) = require_service(
+        TestServer::start(&["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"]),
+        WHAT_TO_INSTALL,
+    ) else {
+        return;
+    };
+    let mut cfg = RedisConfig::new(server.url());
+    cfg.source_stream_maxlen = None;
+    let store = RedisStore::connect(cfg).await.unwrap();
+    let key = Key::parse("src", "evt-full").unwrap();
+    let lease = Duration::from_secs(60);
+    assert!(matches!(
+        store
+            .claim(ClaimRequest::new(key.clone(), lease, lease * 10))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    // Far below what the server already uses: every write is refused from now on.
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(100_000)
+        .query::<()>(&mut server.sync_conn())
+        .unwrap();
+    let other = Key::parse("src", "evt-refused").unwrap();
+    let refused = store
+        .claim(ClaimRequest::new(other, lease, lease * 10))
+        .await
+        .expect_err("a claim on a full server");
+    assert!(format!("{refused:?}").contains("OOM"), "{refused:?}");
+    let view = store.lookup(&key).await.unwrap();
+    assert!(view.record.is_some());
+    assert_eq!(view.history.len(), 1);
+}

@@ -15,4 +15,6 @@ local function lookup(KEYS, ARGV)
   return {stored, ev.g or false, ev.o or false, rows(KEYS, ARGV, ev.n)}
 end
 
-register('lookup', lookup)
+-- It writes nothing: as a function it says so, and so still answers when the server is out of
+-- memory (a writing function is refused then, before it runs).
+register('lookup', lookup, {'no-writes'})

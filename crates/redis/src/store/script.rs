@@ -2,12 +2,13 @@
 //! server has Functions (Redis 7.0 and later), else as one script per operation.
 //!
 //! Each operation's file defines the operation as a function of `KEYS` and `ARGV` and hands it
-//! to `register`, after `common.lua`'s helpers. The library is all of them behind a `register`
-//! that calls `redis.register_function`: it is loaded once per server (`FUNCTION LOAD`, on every
-//! master of a Cluster; replicas and the server's own persistence keep it), and a call (`FCALL`)
-//! runs only its operation's function. The fallback script of an operation is `common.lua` and
-//! its file behind a `register` that keeps the function, then a line that runs it: every call
-//! (`EVALSHA`) defines every helper again, which costs about a microsecond of server time.
+//! to `register` (with `{'no-writes'}` when it writes nothing), after `common.lua`'s helpers.
+//! The library is all of them behind a `register` that calls `redis.register_function`: it is
+//! loaded once per server (`FUNCTION LOAD`, on every master of a Cluster; replicas and the
+//! server's own persistence keep it), and a call (`FCALL`) runs only its operation's function.
+//! The fallback script of an operation is `common.lua` and its file behind a `register` that
+//! keeps the function, then a line that runs it: every call (`EVALSHA`) defines every helper
+//! again, which costs about a microsecond of server time.
 //!
 //! The library's name and its functions' hold a hash of the Lua, so instances of two idemgate
 //! versions sharing one Redis (a rolling upgrade) each call their own. A server that lost the
@@ -101,8 +102,9 @@ impl Scripts {
         let hash = Script::new(&body).get_hash()[..16].to_owned();
         let library = format!(
             "#!lua name=idemgate_{hash}\n\
-             local function register(name, f)\n  \
-               redis.register_function('idemgate_{hash}_' .. name, f)\n\
+             local function register(name, f, flags)\n  \
+               redis.register_function{{function_name = 'idemgate_{hash}_' .. name, \
+                 callback = f, flags = flags or {{}}}}\n\
              end\n{body}"
         );
         let [claim, finish, lookup, renew, abandon, boot] =
