@@ -25,11 +25,13 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
 
-# The library, as Scripts::new (src/store/script.rs) builds it.
-{ cat common.lua; printf '\n'; for op in claim finish lookup renew abandon boot; do cat "$op.lua"; printf '\n'; done; } >"$DIR/body.lua"
-HASH=$(sha1sum "$DIR/body.lua" | cut -c1-16)
-{ printf '#!lua name=idemgate_%s\nlocal function register(name, f, flags)\n  redis.register_function{function_name = %s, callback = f, flags = flags or {}}\nend\n' \
-    "$HASH" "'idemgate_${HASH}_' .. name"; cat "$DIR/body.lua"; } >"$DIR/library.lua"
+# The library, as Scripts::new (src/store/script.rs) builds it: its hash covers the text with
+# @HASH@ where the hash goes.
+{ printf '#!lua name=idemgate_@HASH@\nlocal function register(name, f, flags)\n  redis.register_function{function_name = %s, callback = f, flags = flags or {}}\nend\n' \
+    "'idemgate_@HASH@_' .. name"; cat common.lua; printf '\n'
+  for op in claim finish lookup renew abandon boot; do cat "$op.lua"; printf '\n'; done; } >"$DIR/template.lua"
+HASH=$(sha1sum "$DIR/template.lua" | cut -c1-16)
+sed "s/@HASH@/$HASH/g" "$DIR/template.lua" >"$DIR/library.lua"
 cli FUNCTION LOAD REPLACE "$(cat "$DIR/library.lua")" >/dev/null
 CLAIM=idemgate_${HASH}_claim
 # The claim's fallback script (EVALSHA), as operation scripts are built there too.

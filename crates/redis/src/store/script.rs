@@ -98,15 +98,16 @@ impl Scripts {
             .iter()
             .map(|(_, file)| format!("{file}\n"))
             .collect();
-        let body = format!("{COMMON}\n{body}");
-        let hash = Script::new(&body).get_hash()[..16].to_owned();
-        let library = format!(
-            "#!lua name=idemgate_{hash}\n\
+        // The library with `@HASH@` where its hash goes; the hash covers all of it.
+        let template = format!(
+            "#!lua name=idemgate_@HASH@\n\
              local function register(name, f, flags)\n  \
-               redis.register_function{{function_name = 'idemgate_{hash}_' .. name, \
+               redis.register_function{{function_name = 'idemgate_@HASH@_' .. name, \
                  callback = f, flags = flags or {{}}}}\n\
-             end\n{body}"
+             end\n{COMMON}\n{body}"
         );
+        let hash = Script::new(&template).get_hash()[..16].to_owned();
+        let library = template.replace("@HASH@", &hash);
         let [claim, finish, lookup, renew, abandon, boot] =
             OPERATIONS.map(|(name, file)| Operation {
                 function: format!("idemgate_{hash}_{name}"),
