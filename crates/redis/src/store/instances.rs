@@ -10,11 +10,12 @@ use crate::error::RedisError;
 use crate::reply;
 
 impl RedisStore {
-    /// Registers the boot (one script on the instance's key), then walks every master's events
-    /// (`SCAN`, one pipelined `HGET` of the record per page) and runs the abandon script on each
-    /// whose record names `instance` under an earlier boot; the script decides by the server's
-    /// clock and writes the `abandoned` row. Each event is freed atomically; the walk as a whole
-    /// is not (a crash during it leaves the rest to their leases).
+    /// Registers the boot (one operation on the instance's key), then walks every master's
+    /// events (`SCAN`, one pipelined `HMGET` of each record with its fingerprint and holder per
+    /// page) and runs the abandon operation on each whose record names `instance` under an
+    /// earlier boot; the operation decides by the server's clock and writes the `abandoned` row.
+    /// Each event is freed atomically; the walk as a whole is not (a crash during it leaves the
+    /// rest to their leases).
     pub(super) async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
         let keys = &self.shared.keys;
         let mut call = Call::default();
