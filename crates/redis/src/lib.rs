@@ -23,8 +23,8 @@
 //!   start-up checks need.
 //! - `tls`: [`RedisTls`], its files checked against the target and read for the redis crate,
 //!   and TLS failures in words (for a Cluster, learnt from its first seed node).
-//! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua scripts, which live in
-//!   `src/lua/`), `checks` (start-up), `claims`, `record`, `history` (the source streams),
+//! - [`store`]: [`RedisStore`], one file per concern: `script` (the Lua, which lives in
+//!   `src/lua/`, as a function library or scripts), `checks` (start-up), `claims`, `record`, `history` (the source streams),
 //!   `stats`, `instances`.
 //! - `reply`: what the scripts answer (a table whose first element names it), decoded into one
 //!   enum per script; an unknown name is an error naming the script and the reply.

@@ -6,7 +6,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{PrefixHarness, TestCluster, WHAT_TO_INSTALL, unique_prefix};
+use common::{PrefixHarness, TestCluster, WHAT_TO_INSTALL, libraries, unique_prefix};
 use idemgate_core::testkit::{Harness, RealTimeHarness, require_service};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_redis::{RedisConfig, RedisStore};
@@ -113,5 +113,48 @@ async fn events_spread_over_every_master() {
     for node in &cluster.nodes {
         let n: u64 = redis::cmd("DBSIZE").query(&mut node.sync_conn()).unwrap();
         assert!(n > 0, "node {} holds no key", node.port);
+    }
+}
+
+/// The function library is loaded on every master at connect, and a master that lost it gets it
+/// again at the next call that lands there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_has_the_function_library() {
+    let Some(h) = cluster_harness().await else {
+        return;
+    };
+    let cluster = cluster().unwrap();
+    let ours = |node: &common::TestServer| {
+        libraries(&mut node.sync_conn())
+            .into_iter()
+            .filter(|l| l.starts_with("idemgate_"))
+            .count()
+    };
+    for node in &cluster.nodes {
+        assert!(ours(node) > 0, "node {} has no idemgate library", node.port);
+        redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query::<()>(&mut node.sync_conn())
+            .unwrap();
+    }
+    let store = h.store();
+    let lease = Duration::from_secs(60);
+    for i in 0..64 {
+        let key = Key::parse("lost", &format!("evt-{i}")).unwrap();
+        let outcome = store
+            .claim(ClaimRequest::new(key, lease, lease))
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Claimed { .. }),
+            "{outcome:?}"
+        );
+    }
+    for node in &cluster.nodes {
+        assert!(
+            ours(node) > 0,
+            "node {} did not get the library again",
+            node.port
+        );
     }
 }

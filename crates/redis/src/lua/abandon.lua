@@ -5,20 +5,21 @@
 -- other record is left alone.
 -- Returns {'abandoned', attempt, stream_failed (1 or 0)} when freed, else {'untouched'}.
 -- (Decoded by src/reply.rs.)
-local now = server_now()
-local rec, n = load(now)
-if rec and rec.err then
-  return rec
+local function abandon(KEYS, ARGV)
+  local now = server_now()
+  local rec, ev = load(KEYS, now)
+  if rec and rec.err then
+    return rec
+  end
+  if not rec or rec.state ~= 'p' or rec.hi ~= ARGV[5] or not rec.hb
+      or tonumber(rec.hb) >= tonumber(ARGV[6])
+      or not rec.lease_until or rec.lease_until <= now then
+    return {'untouched'}
+  end
+  rec.lease_until = now
+  local failed = write(KEYS, ARGV, ev, ms(now), 'abandoned', false, ms(rec.attempt), '', rec.fp,
+    encode_rec(ev, rec), holder(rec.hi, rec.hb))
+  return {'abandoned', rec.attempt, flag(failed)}
 end
-if not rec or rec.state ~= 'p' or rec.hi ~= ARGV[5] or not rec.hb
-    or tonumber(rec.hb) >= tonumber(ARGV[6])
-    or not rec.lease_until or rec.lease_until <= now then
-  return {'untouched'}
-end
-rec.lease_until = now
-write(n, now, 'abandoned', false, rec.attempt, nil, rec.fp, rec)
-local failed = 0
-if stream_failed then
-  failed = 1
-end
-return {'abandoned', rec.attempt, failed}
+
+register('abandon', abandon)

@@ -8,78 +8,89 @@
 --   "claimed", "reclaimed", "late_claimed": n = the attempt;
 --   "late_rejected", "duplicate", "conflict": n = the first receipt;
 --   "in_flight": n = the wait in ms.
-local now = server_now()
-local fp = ARGV[6]
-local rec, n, prior = load(now)
-if rec and rec.err then
-  return rec
-end
+-- A first claim is four commands: TIME, HMGET, HSET, PEXPIREAT (and XADD with a source stream).
+local function claim(KEYS, ARGV)
+  local now = server_now()
+  local fp = ARGV[6]
+  local rec, ev = load(KEYS, now)
+  if rec and rec.err then
+    return rec
+  end
 
-local function answer(a, first, gap, expires_at, late)
-  local failed = 0
-  if stream_failed then
-    failed = 1
-  end
-  return {a, first, gap or -1, expires_at, late or -1, failed}
-end
-
-if not rec then
-  local on_receipt = ARGV[5] == 'r'
-  local policy = ARGV[10]
-  local expires_at = now + tonumber(ARGV[8])
-  local late = nil
-  if policy ~= 'off' and prior and prior.processed then
-    late = prior.first_seen
-  end
-  local new = {
-    state = 'p', attempt = 1, nonce = ARGV[9], fp = fp, first_seen = late or now,
-    lease_until = now + tonumber(ARGV[7]), expires_at = expires_at,
-  }
-  if on_receipt or (late and policy == 'reject') then
-    new.state = 'd'
-    new.lease_until = nil
-  else
-    hold(new, ARGV[11], ARGV[12])
-  end
-  local result
-  if not late then
-    write(n, now, 'claimed', on_receipt, 1, nil, fp, new)
-    result = {'claimed', 1, nil, expires_at, nil}
-  else
-    local gap = since(now, late)
-    if policy == 'reject' then
-      write(n, now, 'late_duplicate', true, nil, gap, fp, new)
-      result = {'late_rejected', late, gap, expires_at, late}
-    else
-      write(n, now, 'late_duplicate', on_receipt, 1, gap, fp, new)
-      result = {'late_claimed', 1, gap, expires_at, late}
+  if not rec then
+    local at = ms(now)
+    local policy = ARGV[10]
+    local expires_at = now + ARGV[8]
+    local expires = ms(expires_at)
+    local late = nil
+    if policy ~= 'off' and ev.prior and ev.prior.processed then
+      late = ev.prior.first_seen
     end
+    local on_receipt = ARGV[5] == 'r'
+    local held = ''
+    if not on_receipt and not (late and policy == 'reject') then
+      held = holder(ARGV[11], ARGV[12])
+    end
+    local ref = fp_ref(ev, fp)
+    local answer, first, gap, failed
+    if not late then
+      local record
+      if on_receipt then
+        record = encode('d', '1', ARGV[9], ref, at, '', expires)
+      else
+        record = encode('p', '1', ARGV[9], ref, at, ms(now + ARGV[7]), expires)
+      end
+      failed = write(KEYS, ARGV, ev, at, 'claimed', on_receipt, '1', '', fp, record, held)
+      answer, first, gap, late = 'claimed', 1, -1, -1
+    else
+      gap = since(now, late)
+      if policy == 'reject' then
+        local record = encode('d', '1', ARGV[9], ref, ms(late), '', expires)
+        failed = write(KEYS, ARGV, ev, at, 'late_duplicate', true, '', ms(gap), fp, record, held)
+        answer, first = 'late_rejected', late
+      else
+        local lease = ''
+        if not on_receipt then
+          lease = ms(now + ARGV[7])
+        end
+        local record = encode(on_receipt and 'd' or 'p', '1', ARGV[9], ref, ms(late), lease, expires)
+        failed = write(KEYS, ARGV, ev, at, 'late_duplicate', on_receipt, '1', ms(gap), fp, record,
+          held)
+        answer, first = 'late_claimed', 1
+      end
+    end
+    -- History outlives the record by the retention, so a late duplicate can still be told.
+    -- (PEXPIREAT, not PEXPIRE with ttl + retention: the server rewrites a relative expiry into an
+    -- absolute one, which costs more than formatting it here.)
+    redis.call('PEXPIREAT', KEYS[1], ms(expires_at + ARGV[1]))
+    return {answer, first, gap, expires_at, late, flag(failed)}
   end
-  -- History outlives the record by the retention, so a late duplicate can still be told.
-  redis.call('PEXPIREAT', KEYS[1], ms(expires_at + tonumber(ARGV[1])))
-  return answer(result[1], result[2], result[3], result[4], result[5])
+
+  local at = ms(now)
+  local gap = since(now, rec.first_seen)
+  local a, g = ms(rec.attempt), ms(gap)
+  if fp ~= '' and rec.fp ~= '' and fp ~= rec.fp then
+    local failed = write(KEYS, ARGV, ev, at, 'conflict', false, a, g, fp)
+    return {'conflict', rec.first_seen, gap, rec.expires_at, -1, flag(failed)}
+  end
+  if rec.state == 'p' and rec.lease_until and rec.lease_until > now then
+    local failed = write(KEYS, ARGV, ev, at, 'in_flight', false, a, g, fp)
+    return {'in_flight', rec.lease_until - now, gap, rec.expires_at, -1, flag(failed)}
+  end
+  if rec.state == 'p' then
+    -- The holder's lease lapsed: take the claim over, keeping first receipt and expiry.
+    rec.attempt = rec.attempt + 1
+    rec.nonce = ARGV[9]
+    rec.lease_until = now + ARGV[7]
+    if rec.fp == '' then
+      rec.fp = fp
+    end
+    local failed = write(KEYS, ARGV, ev, at, 'reclaimed', false, ms(rec.attempt), g, fp,
+      encode_rec(ev, rec), holder(ARGV[11], ARGV[12]))
+    return {'reclaimed', rec.attempt, gap, rec.expires_at, -1, flag(failed)}
+  end
+  local failed = write(KEYS, ARGV, ev, at, 'duplicate', false, a, g, fp)
+  return {'duplicate', rec.first_seen, gap, rec.expires_at, -1, flag(failed)}
 end
 
-local gap = since(now, rec.first_seen)
-if fp ~= '' and rec.fp ~= '' and fp ~= rec.fp then
-  write(n, now, 'conflict', false, rec.attempt, gap, fp, nil)
-  return answer('conflict', rec.first_seen, gap, rec.expires_at, nil)
-end
-if rec.state == 'p' and rec.lease_until and rec.lease_until > now then
-  write(n, now, 'in_flight', false, rec.attempt, gap, fp, nil)
-  return answer('in_flight', rec.lease_until - now, gap, rec.expires_at, nil)
-end
-if rec.state == 'p' then
-  -- The holder's lease lapsed: take the claim over, keeping first receipt and expiry.
-  rec.attempt = rec.attempt + 1
-  rec.nonce = ARGV[9]
-  rec.lease_until = now + tonumber(ARGV[7])
-  if rec.fp == '' then
-    rec.fp = fp
-  end
-  hold(rec, ARGV[11], ARGV[12])
-  write(n, now, 'reclaimed', false, rec.attempt, gap, fp, rec)
-  return answer('reclaimed', rec.attempt, gap, rec.expires_at, nil)
-end
-write(n, now, 'duplicate', false, rec.attempt, gap, fp, nil)
-return answer('duplicate', rec.first_seen, gap, rec.expires_at, nil)
+register('claim', claim)

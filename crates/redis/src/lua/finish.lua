@@ -5,30 +5,28 @@
 -- source stream could not take the row, else 0), {'already_done'} when there was nothing to do
 -- (completing a done record), {'stale'} when the token does not hold the live record.
 -- (Decoded by src/reply.rs.)
-local now = server_now()
-local rec, n = load(now)
-if rec and rec.err then
-  return rec
-end
-if not rec or rec.attempt ~= tonumber(ARGV[6]) or rec.nonce ~= ARGV[7] then
-  return {'stale'}
-end
-local done
-if ARGV[5] == 'release' then
-  redis.call('HDEL', KEYS[1], 'r')
-  write(n, now, 'released', false, rec.attempt, nil, rec.fp, nil)
-  done = 'released'
-elseif rec.state == 'd' then
-  return {'already_done'}
-else
+local function finish(KEYS, ARGV)
+  local now = server_now()
+  local rec, ev = load(KEYS, now)
+  if rec and rec.err then
+    return rec
+  end
+  if not rec or rec.attempt ~= tonumber(ARGV[6]) or rec.nonce ~= ARGV[7] then
+    return {'stale'}
+  end
+  if ARGV[5] == 'release' then
+    redis.call('HDEL', KEYS[1], 'r', 'o')
+    local failed = write(KEYS, ARGV, ev, ms(now), 'released', false, ms(rec.attempt), '', rec.fp)
+    return {'released', flag(failed)}
+  end
+  if rec.state == 'd' then
+    return {'already_done'}
+  end
   rec.state = 'd'
   rec.lease_until = nil
-  hold(rec, nil, nil)
-  write(n, now, 'completed', true, rec.attempt, nil, rec.fp, rec)
-  done = 'completed'
+  local failed = write(KEYS, ARGV, ev, ms(now), 'completed', true, ms(rec.attempt), '', rec.fp,
+    encode_rec(ev, rec), '')
+  return {'completed', flag(failed)}
 end
-local failed = 0
-if stream_failed then
-  failed = 1
-end
-return {done, failed}
+
+register('finish', finish)

@@ -10,6 +10,7 @@ use idemgate_core::{
 };
 
 use super::record::{parse_history, parse_record};
+use super::script::Call;
 use super::{RedisStore, ms};
 use crate::error::RedisError;
 use crate::reply;
@@ -160,11 +161,11 @@ impl RedisStore {
     ) -> Result<Timestamp, StoreError> {
         let nonce_hex = format!("{:016x}", token.nonce);
         // No history row: the stream stays out of it.
-        let mut inv = self.invocation(&self.shared.scripts.renew, &token.key, false);
-        inv.arg(token.attempt).arg(&nonce_hex).arg(ms(lease));
-        let mut conn = self.conn.clone();
-        let reply = inv
-            .invoke_async(&mut conn)
+        let mut call = self.call(&token.key, false);
+        call.arg(token.attempt).arg(&nonce_hex).arg(ms(lease));
+        let scripts = &self.shared.scripts;
+        let reply = scripts
+            .run(&self.conn, &scripts.renew, &call)
             .await
             .map_err(RedisError::command("renew script"))?;
         match reply::Renew::decode(reply)? {
@@ -180,24 +181,25 @@ impl RedisStore {
     }
 
     pub(super) async fn run_lookup(&self, key: &Key) -> Result<EventView, RedisError> {
-        let mut conn = self.conn.clone();
         let (retention, cap) = self.shared.history_args;
-        let (record, rows): (Option<String>, Vec<String>) = self
-            .shared
-            .scripts
-            .lookup
-            .key(self.shared.keys.event(key))
+        let mut call = Call::default();
+        call.key(self.shared.keys.event(key))
             .arg(retention)
-            .arg(cap)
-            .invoke_async(&mut conn)
+            .arg(cap);
+        // r as stored (when live), the event's fingerprint g and holder o, the rows.
+        type Stored = (Option<String>, Option<String>, Option<String>, Vec<String>);
+        let scripts = &self.shared.scripts;
+        let (record, g, o, rows): Stored = scripts
+            .run(&self.conn, &scripts.lookup, &call)
             .await
             .map_err(RedisError::command("lookup script"))?;
+        let (g, o) = (g.as_deref(), o.as_deref());
         let record = record
-            .map(|r| parse_record(&r).ok_or_else(|| RedisError::reply("lookup script", r)))
+            .map(|r| parse_record(&r, g, o).ok_or_else(|| RedisError::reply("lookup script", r)))
             .transpose()?;
         let history = rows
             .into_iter()
-            .map(|h| parse_history(&h).ok_or_else(|| RedisError::reply("lookup script", h)))
+            .map(|h| parse_history(&h, g).ok_or_else(|| RedisError::reply("lookup script", h)))
             .collect::<Result<_, _>>()?;
         Ok(EventView {
             key: key.clone(),

@@ -5,26 +5,27 @@ use idemgate_core::{Boot, HistoryOutcome, Holder, InstanceName, RecordState, Tim
 
 use super::RedisStore;
 use super::record::parse_record;
+use super::script::Call;
 use crate::error::RedisError;
 use crate::reply;
 
 impl RedisStore {
-    /// Registers the boot (one script on the instance's key), then walks every master's events
-    /// (`SCAN`, one pipelined `HGET` of the record per page) and runs the abandon script on each
-    /// whose record names `instance` under an earlier boot; the script decides by the server's
-    /// clock and writes the `abandoned` row. Each event is freed atomically; the walk as a whole
-    /// is not (a crash during it leaves the rest to their leases).
+    /// Registers the boot (one operation on the instance's key), then walks every master's
+    /// events (`SCAN`, one pipelined `HMGET` of each record with its fingerprint and holder per
+    /// page) and runs the abandon operation on each whose record names `instance` under an
+    /// earlier boot; the operation decides by the server's clock and writes the `abandoned` row.
+    /// Each event is freed atomically; the walk as a whole is not (a crash during it leaves the
+    /// rest to their leases).
     pub(super) async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
         let keys = &self.shared.keys;
-        let mut conn = self.conn.clone();
-        let (boot, started): (u64, i64) = self
-            .shared
-            .scripts
-            .boot
-            .key(keys.instance(instance))
-            .invoke_async(&mut conn)
+        let mut call = Call::default();
+        call.key(keys.instance(instance));
+        let scripts = &self.shared.scripts;
+        let (boot, started): (u64, i64) = scripts
+            .run(&self.conn, &scripts.boot, &call)
             .await
             .map_err(RedisError::command("boot script"))?;
+        let mut conn = self.conn.clone();
         let pattern = keys.events_pattern();
         let mut freed = 0;
         for node in conn.masters().await.map_err(RedisError::command("PING"))? {
@@ -34,27 +35,31 @@ impl RedisStore {
                     .scan_page(&node, cursor, &pattern)
                     .await
                     .map_err(RedisError::command("SCAN"))?;
-                let records: Vec<Option<String>> = if page.is_empty() {
+                // Each event's record r, fingerprint g and holder o (see `lua/common.lua`).
+                let records: Vec<[Option<String>; 3]> = if page.is_empty() {
                     Vec::new()
                 } else {
                     let mut pipe = redis::pipe();
                     for key in &page {
-                        pipe.cmd("HGET").arg(key).arg("r");
+                        pipe.cmd("HMGET").arg(key).arg(&["r", "g", "o"]);
                     }
                     conn.pipeline_on_node(&node, pipe)
                         .await
-                        .map_err(RedisError::command("HGET"))?
+                        .map_err(RedisError::command("HMGET"))?
                         .into_iter()
                         .map(redis::from_redis_value)
                         .collect::<Result<_, _>>()
-                        .map_err(|e| RedisError::command("HGET")(e.into()))?
+                        .map_err(|e| RedisError::command("HMGET")(e.into()))?
                 };
-                for (event_key, record) in page.iter().zip(records) {
-                    let held_before = record.as_deref().and_then(parse_record).is_some_and(|r| {
-                        r.state == RecordState::Processing
-                            && r.holder
-                                .is_some_and(|h| h.instance == *instance && h.boot < boot)
-                    });
+                for (event_key, [record, g, o]) in page.iter().zip(records) {
+                    let held_before = record
+                        .as_deref()
+                        .and_then(|r| parse_record(r, g.as_deref(), o.as_deref()))
+                        .is_some_and(|r| {
+                            r.state == RecordState::Processing
+                                && r.holder
+                                    .is_some_and(|h| h.instance == *instance && h.boot < boot)
+                        });
                     if !held_before {
                         continue;
                     }

@@ -1,7 +1,8 @@
 //! Store mode: Redis (standalone or Cluster) as the only store.
 //!
-//! Each operation is one Lua script (`src/lua/`) over one hash per event, holding its record and
-//! its capped history. The scripts read the server's clock (`TIME`), so every expiry decision is
+//! Each operation is one Lua function (`src/lua/`; one `FCALL`, or one `EVALSHA` where the server
+//! has no Functions: see `script`) over one hash per event, holding its record and its capped
+//! history. The operations read the server's clock (`TIME`), so every expiry decision is
 //! the server's: a record past its `expires_at` is absent to them, and the hash itself expires
 //! (`PEXPIREAT`) once both the record and the history retention are over.
 //!
@@ -19,7 +20,8 @@
 //!
 //! - this file: [`RedisStore`], connecting, running a script on an event (`eval`), and the
 //!   core traits, each delegating to the module of its concern;
-//! - `script`: the Lua scripts and their loading; `checks`: the start-up checks;
+//! - `script`: the Lua, its loading (a function library, else scripts) and running it; `checks`:
+//!   the start-up checks;
 //! - `claims`: claim, complete, release, renew and lookup; `record`: the record and history row
 //!   text read back;
 //! - `history`: the sources' streams (append, observe, trim); `stats`: counting;
@@ -46,7 +48,7 @@ use idemgate_core::{
     HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
     StoreError, StoreStats, Timestamp, machine,
 };
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, Value};
 use tracing::{info, instrument, warn};
 
 use crate::config::{RedisConfig, StoreKeys};
@@ -54,7 +56,7 @@ use crate::conn::{Conn, Node, Timeouts};
 use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
-use script::Scripts;
+use script::{Call, Operation, Scripts};
 
 /// The Redis store (store mode). Cheap to clone: clones share one multiplexed connection.
 #[derive(Debug, Clone)]
@@ -92,7 +94,8 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisStore {
-    /// Connects, checks the server (see below) and loads the scripts.
+    /// Connects, checks the server (see below) and loads the Lua (a function library, or scripts
+    /// on a server without Functions).
     ///
     /// The checks, on every master: `maxmemory-policy` must be `noeviction` (every idemgate key
     /// has a TTL, so `volatile-*` policies evict them too) unless
@@ -102,7 +105,7 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`RedisError::Config`], [`RedisError::Connect`], [`RedisError::EvictingPolicy`], or
-    /// [`RedisError::Command`] when a check or the script load fails.
+    /// [`RedisError::Command`] when a check or loading the Lua fails.
     pub async fn connect(cfg: RedisConfig) -> Result<Self, RedisError> {
         let certs = cfg.check(&StoreKeys::LIBRARY)?;
         let timeouts = Timeouts {
@@ -182,16 +185,15 @@ impl RedisStore {
     async fn eval<T: FromRedisValue>(
         &self,
         label: &'static str,
-        script: &Script,
+        op: &Operation,
         key: &Key,
-        add: impl Fn(&mut ScriptInvocation<'_>),
+        add: impl Fn(&mut Call),
     ) -> Result<(T, bool), RedisError> {
         loop {
             let in_script = self.shared.stream_in_script.load(Ordering::Relaxed);
-            let mut inv = self.invocation(script, key, in_script);
-            add(&mut inv);
-            let mut conn = self.conn.clone();
-            match inv.invoke_async(&mut conn).await {
+            let mut call = self.call(key, in_script);
+            add(&mut call);
+            match self.shared.scripts.run(&self.conn, op, &call).await {
                 Ok(answer) => return Ok((answer, in_script)),
                 Err(e) if in_script && e.code() == Some("CROSSSLOT") => {
                     warn!(
@@ -205,23 +207,23 @@ impl RedisStore {
         }
     }
 
-    /// `script` on `key`'s event, with the arguments every script takes (see `lua/common.lua`).
-    fn invocation<'a>(&self, script: &'a Script, key: &Key, stream: bool) -> ScriptInvocation<'a> {
+    /// A call on `key`'s event, with the arguments every operation takes (see `lua/common.lua`).
+    fn call(&self, key: &Key, stream: bool) -> Call {
         let s = &self.shared;
         let (retention, cap) = s.history_args;
-        let mut inv = script.key(s.keys.event(key));
-        inv.arg(retention).arg(cap);
+        let mut call = Call::default();
+        call.key(s.keys.event(key)).arg(retention).arg(cap);
         match s.cfg.source_stream_maxlen {
             Some(maxlen) if stream => {
-                inv.key(s.keys.stream(&key.source))
+                call.key(s.keys.stream(&key.source))
                     .arg(maxlen.get())
                     .arg(key.event_id.as_str());
             }
             _ => {
-                inv.arg(0).arg("");
+                call.arg(0).arg("");
             }
         }
-        inv
+        call
     }
 }
 

@@ -32,7 +32,9 @@ impl RedisStore {
                     .map_err(RedisError::command("SCAN"))?;
                 let mut pipe = redis::pipe();
                 for key in &page {
-                    pipe.cmd("HMGET").arg(key).arg(&["r", "n", "f", "p"]);
+                    pipe.cmd("HMGET")
+                        .arg(key)
+                        .arg(&["r", "n", "f", "p", "g", "o"]);
                     pipe.cmd("HLEN").arg(key);
                 }
                 let answers: Vec<Value> = if page.is_empty() {
@@ -44,7 +46,7 @@ impl RedisStore {
                 };
                 for (key, pair) in page.iter().zip(answers.chunks(2)) {
                     let [fields, len] = pair else { continue };
-                    // r, n, f and p: the fields beside the rows (see `lua/common.lua`).
+                    // r, n, f, p, g and o: the fields beside the rows (see `lua/common.lua`).
                     let mut fields: Vec<Option<String>> =
                         redis::from_redis_value(fields.clone())
                             .map_err(|e| RedisError::command("HMGET")(e.into()))?;
@@ -56,7 +58,8 @@ impl RedisStore {
                     let (Some(source), Some(text)) = (keys.source_of(key), record) else {
                         continue;
                     };
-                    let rec = parse_record(&text)
+                    let (g, o) = (fields[4].as_deref(), fields[5].as_deref());
+                    let rec = parse_record(&text, g, o)
                         .ok_or_else(|| RedisError::reply("HMGET", text.clone()))?;
                     let s = per_source
                         .entry(source.clone())

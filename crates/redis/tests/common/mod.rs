@@ -97,6 +97,20 @@ pub async fn standalone_harness() -> Option<PrefixHarness> {
     })
 }
 
+/// The function libraries loaded on one server (`FUNCTION LIST`), by name.
+pub fn libraries(con: &mut redis::Connection) -> Vec<String> {
+    let list: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(con).unwrap();
+    list.into_iter()
+        .filter_map(|lib| {
+            let fields: Vec<redis::Value> = redis::from_redis_value(lib).ok()?;
+            let at = fields.iter().position(|f| {
+                redis::from_redis_value::<String>(f.clone()).ok().as_deref() == Some("library_name")
+            })?;
+            redis::from_redis_value(fields.get(at + 1)?.clone()).ok()
+        })
+        .collect()
+}
+
 /// Whether `redis-server` can be started here; `Err` says what to install.
 pub fn redis_server_available() -> Result<(), String> {
     match Command::new("redis-server").arg("--version").output() {
