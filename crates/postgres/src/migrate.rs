@@ -37,10 +37,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "inbox",
         sql: include_str!("../sql/migrations/0003_inbox.sql"),
     },
+    Migration {
+        version: 4,
+        name: "history by source and time",
+        sql: include_str!("../sql/migrations/0004_history_by_source_time.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
