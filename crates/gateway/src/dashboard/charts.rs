@@ -23,8 +23,10 @@ pub(crate) const OUTCOMES: [(HistoryOutcome, &str); 7] = [
     (HistoryOutcome::Released, "released"),
 ];
 
-/// The two widths every chart is laid out for: a wide screen and a phone.
-pub(crate) const WIDE: f64 = 720.0;
+/// The widths charts are laid out for, so that their text reads at 12 to 15 px: half of a wide
+/// screen's column, all of it, and a phone.
+pub(crate) const HALF: f64 = 560.0;
+pub(crate) const FULL: f64 = 1_160.0;
 pub(crate) const NARROW: f64 = 420.0;
 
 /// Stacked bars of `t`'s counts by outcome, one bar per bucket labelled with its start (UTC).

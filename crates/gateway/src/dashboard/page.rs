@@ -6,7 +6,7 @@ use std::time::Duration;
 use idemgate_core::Human;
 use idemgate_core::advise::{Advice, Verdict};
 
-use super::charts::{self, NARROW, WIDE};
+use super::charts::{self, FULL, HALF, NARROW};
 use super::html::{esc, figure, search_form, shell};
 use super::{ADVICE_PERIOD, Advised, Deliveries, Light, Overview};
 use crate::AppState;
@@ -196,7 +196,7 @@ fn source_section(
                     b,
                     "<div class=\"card\">{}</div>",
                     figure(
-                        &charts::deliveries(&id(what), &title, t, WIDE),
+                        &charts::deliveries(&id(what), &title, t, HALF),
                         &charts::deliveries(&id(&format!("{what}-narrow")), &title, t, NARROW)
                     )
                 );
@@ -228,7 +228,7 @@ fn advice_cards(
         b,
         "<div class=\"card full\">{}",
         figure(
-            &charts::gaps(&id("gaps"), &sources, ADVICE_PERIOD, WIDE),
+            &charts::gaps(&id("gaps"), &sources, ADVICE_PERIOD, FULL),
             &charts::gaps(&id("gaps-narrow"), &sources, ADVICE_PERIOD, NARROW)
         )
     );
@@ -268,7 +268,7 @@ fn advice_cards(
         b,
         "<div class=\"card\">{}<dl class=\"facts\" data-rows=\"{}\"><dt>live</dt><dd data-field=\"live_rows\">{}</dd><dt>projected</dt><dd data-field=\"projected_rows\">{}</dd><dt>expired, not yet swept</dt><dd data-field=\"expired_rows\">{}</dd></dl></div>",
         figure(
-            &charts::rows(&id("rows"), name, a, expired, WIDE),
+            &charts::rows(&id("rows"), name, a, expired, HALF),
             &charts::rows(&id("rows-narrow"), name, a, expired, NARROW)
         ),
         esc(name),
@@ -300,7 +300,7 @@ fn inbox_card(
         b,
         "<div class=\"card\">{}<dl class=\"facts\" data-inbox=\"{}\"><dt>pending</dt><dd data-field=\"pending\">{pending}</dd><dt>in flight</dt><dd data-field=\"in_flight\">{in_flight}</dd><dt>dead letters</dt><dd data-field=\"dead\">{dead}</dd><dt>oldest pending</dt><dd>{}</dd><dt>queue_lag margin</dt><dd>{}</dd></dl></div>",
         figure(
-            &charts::queue_lag(&id("lag"), name, oldest, margin, WIDE),
+            &charts::queue_lag(&id("lag"), name, oldest, margin, HALF),
             &charts::queue_lag(&id("lag-narrow"), name, oldest, margin, NARROW)
         ),
         esc(name),
