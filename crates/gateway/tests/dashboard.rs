@@ -329,6 +329,18 @@ async fn the_overview_shows_every_chart_with_the_store_and_metrics_figures() {
     }
     // No sweeper runs in this state (nothing started it): said so, amber.
     assert!(html.contains("No run yet."));
+    // A later view counts only the last buckets again, and adds what came since.
+    claim(&state, "jobs", "evt_d").await;
+    let again = get(&router, "/dashboard?refresh=off", LOOPBACK, &[])
+        .await
+        .text;
+    assert!(
+        again.contains("jobs: Deliveries by outcome, last hour: 7 deliveries in all; claimed 4,"),
+        "{again}"
+    );
+    assert!(
+        again.contains("jobs: Deliveries by outcome, last day: 7 deliveries in all; claimed 4,")
+    );
 }
 
 #[tokio::test]
