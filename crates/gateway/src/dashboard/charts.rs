@@ -63,16 +63,21 @@ pub(crate) fn deliveries(id: &str, title: &str, t: &TimelineCounts, width: f64) 
         .render()
 }
 
-/// Late duplicates and conflicts in warning colours; the rest in the usual cycle.
+/// Each outcome's colour and fill. The five fills go first to the five outcomes that matter
+/// most (claimed, duplicate, in flight, conflict, late duplicate, the last in a warning colour);
+/// reclaimed and released share a fill with conflict and duplicate, and differ from them in
+/// colour and in their place in the stack (the legend's order).
 fn outcome_style(n: usize, o: HistoryOutcome) -> Style {
-    match o {
-        HistoryOutcome::LateDuplicate => Style::nth(n).colour(Colour::Vermillion).fill(Fill::Hatch),
-        HistoryOutcome::Conflict => Style::nth(n).colour(Colour::Purple),
-        HistoryOutcome::Claimed => Style::nth(n).colour(Colour::Blue).fill(Fill::Solid),
-        HistoryOutcome::Duplicate => Style::nth(n).colour(Colour::Sky),
-        HistoryOutcome::Released => Style::nth(n).colour(Colour::Grey),
-        _ => Style::nth(n),
-    }
+    let (colour, fill) = match o {
+        HistoryOutcome::Claimed => (Colour::Blue, Fill::Solid),
+        HistoryOutcome::Duplicate => (Colour::Sky, Fill::Dots),
+        HistoryOutcome::InFlight => (Colour::Orange, Fill::Crosshatch),
+        HistoryOutcome::Conflict => (Colour::Purple, Fill::Stripes),
+        HistoryOutcome::LateDuplicate => (Colour::Vermillion, Fill::Hatch),
+        HistoryOutcome::Reclaimed => (Colour::Green, Fill::Stripes),
+        _ => (Colour::Grey, Fill::Dots),
+    };
+    Style::nth(n).colour(colour).fill(fill)
 }
 
 /// `HH:MM` of an RFC 3339 time.
