@@ -12,6 +12,7 @@
 //!   sets.
 //! - this module: the routes, and what a page shows, read from the store (by its clock) and
 //!   from the gateway's own metrics: the same figures `/metrics` and `idemgate advise` give.
+//! - `health`: the health row; `timeline`: deliveries over time, counted by the store.
 //! - `page`: the overview's HTML; `event`: one event's record and history; `charts`: the SVG
 //!   charts; `html`: escaping, URL encoding and the page shell.
 //!
@@ -19,18 +20,19 @@
 //!
 //! Every query is bounded: deliveries over time count one source's last hour and day from an
 //! index on `(source, received_at, outcome)`, and a view after the first counts only the last
-//! few buckets again (`counted`); record counts are `/metrics`' (cached a few
+//! few buckets again; record counts are `/metrics`' (cached a few
 //! seconds); the advisor's figures, which read a month of history, are computed at most once a
 //! minute, in the background once a first view has them, and the page says how old they are.
 
 mod access;
 mod charts;
 mod event;
+mod health;
 mod html;
 mod page;
+mod timeline;
 
 use std::collections::{HashMap, VecDeque};
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +47,9 @@ use idemgate_core::sweep::SweepReport;
 use idemgate_core::{EventId, Key, SourceName, StoreError, StoreStats, TimelineCounts};
 
 pub use charts::gap_panel;
+
+use health::{Health, Light, inbox_health, store_health, sweeper_health, tier_health};
+use timeline::Deliveries;
 
 use crate::AppState;
 use crate::config::{Config, Mode};
@@ -212,31 +217,6 @@ async fn advised(state: &AppState) -> Result<Arc<Advised>, StoreError> {
     }
 }
 
-/// A health light: green, amber or red, with the reason in words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Light {
-    Green,
-    Amber,
-    Red,
-    /// Not configured, or not needed: nothing to judge.
-    Off,
-}
-
-/// One component's health in the header row.
-#[derive(Debug, Clone)]
-struct Health {
-    name: &'static str,
-    light: Light,
-    why: String,
-}
-
-/// One source's deliveries over time: the last hour by minute, the last day by half hour.
-#[derive(Debug)]
-struct Deliveries {
-    hour: Option<TimelineCounts>,
-    day: Option<TimelineCounts>,
-}
-
 /// One source's counters in `/metrics`: `idemgate_deliveries` by outcome and
 /// `idemgate_late_duplicates`.
 #[derive(Debug)]
@@ -313,7 +293,7 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     let mut deliveries = Vec::new();
     let mut counters = Vec::new();
     for name in names {
-        deliveries.push((name.clone(), timeline(state, name).await));
+        deliveries.push((name.clone(), timeline::timeline(state, name).await));
         counters.push(Counters {
             source: name.clone(),
             deliveries: state.metrics.delivery_counts(name.as_str()),
@@ -340,249 +320,6 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
         counters,
         tier,
         refresh,
-    }
-}
-
-async fn timeline(state: &AppState, source: &SourceName) -> Result<Deliveries, String> {
-    const MINUTE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
-    const HALF_HOUR: NonZeroU32 = NonZeroU32::new(1_800).expect("non-zero");
-    const HOUR_BUCKETS: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
-    const DAY_BUCKETS: NonZeroU32 = NonZeroU32::new(48).expect("non-zero");
-    let read = async {
-        let (hour, day) = tokio::try_join!(
-            counted(state, source, MINUTE, HOUR_BUCKETS),
-            counted(state, source, HALF_HOUR, DAY_BUCKETS)
-        )?;
-        Ok::<_, StoreError>(Deliveries { hour, day })
-    };
-    read.await.map_err(|e| {
-        tracing::warn!(source = %source, error = %ErrorChain(&e), "dashboard: cannot count history");
-        ErrorChain(&e).to_string()
-    })
-}
-
-/// `source`'s last `buckets` buckets of `bucket_secs`, counted again only from the bucket before
-/// the one the last count ended in: buckets before it are complete (a row committed a moment
-/// after its time is in the bucket recounted), so an open dashboard reads each row about three
-/// times, not once per view. A count older than that, or a store clock that went back, is
-/// counted whole.
-async fn counted(
-    state: &AppState,
-    source: &SourceName,
-    bucket_secs: NonZeroU32,
-    buckets: NonZeroU32,
-) -> Result<Option<TimelineCounts>, StoreError> {
-    const RECOUNT: NonZeroU32 = NonZeroU32::new(3).expect("non-zero");
-    let key = (source.clone(), bucket_secs.get());
-    let cached = state
-        .dashboard
-        .timelines
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
-    let fresh = match cached {
-        Some(old) if buckets > RECOUNT => {
-            let Some(recent) = state.store.timeline(source, bucket_secs, RECOUNT).await? else {
-                return Ok(None);
-            };
-            // The recount must reach back over the cached count's last bucket, and the one
-            // before it.
-            let reaches = recent.start <= old.bucket_start(old.buckets.saturating_sub(2));
-            if reaches && recent.now >= old.now {
-                merge(&old, &recent, bucket_secs, buckets)
-            } else {
-                match state.store.timeline(source, bucket_secs, buckets).await? {
-                    Some(t) => t,
-                    None => return Ok(None),
-                }
-            }
-        }
-        _ => match state.store.timeline(source, bucket_secs, buckets).await? {
-            Some(t) => t,
-            None => return Ok(None),
-        },
-    };
-    state
-        .dashboard
-        .timelines
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, fresh.clone());
-    Ok(Some(fresh))
-}
-
-/// The window ending at `recent.now`: `recent`'s buckets where it has them, `old`'s before.
-fn merge(
-    old: &TimelineCounts,
-    recent: &TimelineCounts,
-    bucket_secs: NonZeroU32,
-    buckets: NonZeroU32,
-) -> TimelineCounts {
-    let (start, _) = TimelineCounts::window(recent.now, bucket_secs, buckets);
-    let width = i64::from(bucket_secs.get()) * 1_000;
-    let index = |from: idemgate_core::Timestamp, i: u32| {
-        (from.as_millis() + i64::from(i) * width - start.as_millis()).div_euclid(width)
-    };
-    let rows = old
-        .counts
-        .iter()
-        .filter(|(i, _, _)| old.bucket_start(*i) < recent.start)
-        .map(|(i, o, n)| (index(old.start, *i), *o, *n))
-        .chain(
-            recent
-                .counts
-                .iter()
-                .map(|(i, o, n)| (index(recent.start, *i), *o, *n)),
-        )
-        .collect::<Vec<_>>();
-    TimelineCounts::from_rows(recent.now, bucket_secs, buckets, rows)
-}
-
-fn store_health(ping: &Result<(), StoreError>, took: Duration) -> Health {
-    let ms = took.as_secs_f64() * 1_000.0;
-    let (light, why) = match ping {
-        Err(e) => (Light::Red, format!("does not answer: {}", ErrorChain(e))),
-        Ok(()) if took > Duration::from_millis(250) => (
-            Light::Amber,
-            format!("answers, slowly: a lookup took {ms:.0} ms"),
-        ),
-        Ok(()) => (Light::Green, format!("answers: a lookup took {ms:.1} ms")),
-    };
-    Health {
-        name: "store",
-        light,
-        why,
-    }
-}
-
-fn tier_health(
-    ping: Option<&Result<(), String>>,
-    counts: Option<crate::metrics::TierCounts>,
-) -> Health {
-    let rate = counts.map(|c| page::hit_rate(c.hits, c.misses));
-    let (light, why) = match ping {
-        None => (Light::Off, "no Redis tier configured".to_owned()),
-        Some(Err(e)) => (
-            Light::Red,
-            format!("does not answer ({e}): claims go to the store alone, slower"),
-        ),
-        Some(Ok(())) => match counts {
-            Some(c) if c.errors > 0 || c.bypassed > 0 => (
-                Light::Amber,
-                format!(
-                    "answers now; since start {} errors and {} claims bypassed it; hit rate {}",
-                    c.errors,
-                    c.bypassed,
-                    rate.unwrap_or_default()
-                ),
-            ),
-            _ => (
-                Light::Green,
-                format!("answers; hit rate {}", rate.unwrap_or_default()),
-            ),
-        },
-    };
-    Health {
-        name: "Redis tier",
-        light,
-        why,
-    }
-}
-
-fn sweeper_health(state: &AppState, sweeps: &[SweepRun], stats: Option<&StoreStats>) -> Health {
-    let every = state.dashboard.sweep_interval;
-    let human = |d: Duration| idemgate_core::Human(Duration::from_secs(d.as_secs())).to_string();
-    let backlog = stats.map_or(0, |s| s.expired);
-    let (light, why) = if state.store.engine() == "redis" {
-        (
-            Light::Off,
-            "not needed: Redis expires its keys itself".to_owned(),
-        )
-    } else {
-        match sweeps.first() {
-            None => (
-                Light::Amber,
-                format!(
-                    "no run yet (one runs at start, then every {})",
-                    human(every)
-                ),
-            ),
-            Some(SweepRun {
-                error: Some(e), at, ..
-            }) => (
-                Light::Red,
-                format!("the last run, {} ago, failed: {e}", human(at.elapsed())),
-            ),
-            Some(run) if run.at.elapsed() > every.saturating_mul(3) + Duration::from_secs(5) => (
-                Light::Amber,
-                format!(
-                    "silent: the last run was {} ago, runs are due every {}",
-                    human(run.at.elapsed()),
-                    human(every)
-                ),
-            ),
-            Some(run) if backlog > 0 && backlog > stats.map_or(0, |s| s.live) => (
-                Light::Amber,
-                format!(
-                    "behind: {backlog} expired records wait, more than the live ones; the last run {} ago deleted {}",
-                    human(run.at.elapsed()),
-                    run.rows
-                ),
-            ),
-            Some(run) => (
-                Light::Green,
-                format!(
-                    "the last run, {} ago, deleted {} expired records in {} ms",
-                    human(run.at.elapsed()),
-                    run.rows,
-                    run.elapsed.as_millis()
-                ),
-            ),
-        }
-    };
-    Health {
-        name: "sweeper",
-        light,
-        why,
-    }
-}
-
-fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
-    let mut late = Vec::new();
-    let mut dead = 0;
-    for s in inbox {
-        dead += s.dead;
-        let Some(src) = state.sources.get(s.source.as_str()) else {
-            continue;
-        };
-        let margin = src.policy.ttl.contract.queue_lag;
-        if let Some(lag) = s.oldest_pending.filter(|lag| *lag > margin) {
-            late.push(format!(
-                "{}: oldest item {} old, past its queue_lag of {}",
-                s.source,
-                idemgate_core::Human(Duration::from_secs(lag.as_secs())),
-                idemgate_core::Human(margin)
-            ));
-        }
-    }
-    let (light, why) = if !late.is_empty() {
-        (Light::Red, late.join("; "))
-    } else if dead > 0 {
-        (
-            Light::Amber,
-            format!("{dead} dead letters wait for idemgate replay"),
-        )
-    } else {
-        (
-            Light::Green,
-            "every queue within its queue_lag margin, no dead letters".to_owned(),
-        )
-    };
-    Health {
-        name: "inbox",
-        light,
-        why,
     }
 }
 
@@ -667,46 +404,4 @@ fn respond(outcome: Outcome, body: String) -> Response {
         headers.insert(name, HeaderValue::from_static(value));
     }
     outcome.on(response)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use idemgate_core::{HistoryOutcome, Timestamp};
-
-    fn n(v: u32) -> NonZeroU32 {
-        NonZeroU32::new(v).unwrap()
-    }
-
-    /// Counts as the store would give them for rows at `at` (ms), seen at `now`.
-    fn counts(now: i64, bucket: u32, buckets: u32, at: &[i64]) -> TimelineCounts {
-        let (start, _) = TimelineCounts::window(Timestamp::from_millis(now), n(bucket), n(buckets));
-        let width = i64::from(bucket) * 1_000;
-        let mut rows: Vec<(i64, HistoryOutcome, u64)> = Vec::new();
-        for t in at.iter().filter(|t| **t >= start.as_millis() && **t <= now) {
-            let i = (t - start.as_millis()) / width;
-            match rows.iter_mut().find(|r| r.0 == i) {
-                Some(r) => r.2 += 1,
-                None => rows.push((i, HistoryOutcome::Claimed, 1)),
-            }
-        }
-        rows.sort_by_key(|r| r.0);
-        TimelineCounts::from_rows(Timestamp::from_millis(now), n(bucket), n(buckets), rows)
-    }
-
-    #[test]
-    fn a_recount_of_the_last_buckets_merges_into_the_earlier_count() {
-        let t0 = 1_700_000_000_000i64;
-        let mut rows: Vec<i64> = (0..200).map(|i| t0 - i * 17_000).collect();
-        let old = counts(t0, 60, 60, &rows);
-        // 70 s later, with new rows (one timestamped before t0 but committed after it).
-        rows.extend([t0 + 1_000, t0 + 65_000, t0 - 500]);
-        let now = t0 + 70_000;
-        let recent = counts(now, 60, 3, &rows);
-        let mut merged = merge(&old, &recent, n(60), n(60));
-        let mut truth = counts(now, 60, 60, &rows);
-        merged.counts.sort_by_key(|c| c.0);
-        truth.counts.sort_by_key(|c| c.0);
-        assert_eq!(merged, truth);
-    }
 }
