@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use idemgate_core::Human;
 use idemgate_core::advise::{self, Advice, Observation};
 use idemgate_core::store::{HistoryQuery, Stats};
-use idemgate_core::{Human, SourceName};
 use idemgate_gateway::Config;
 use serde_json::json;
 
@@ -69,7 +69,7 @@ pub(crate) async fn advise(args: AdviseArgs) -> anyhow::Result<()> {
             .iter()
             .find(|o| o.source == policy.name)
             .cloned()
-            .unwrap_or_else(|| empty(&policy.name, args.since));
+            .unwrap_or_else(|| Observation::empty(policy.name.clone(), args.since));
         obs.live_rows = stats
             .per_source
             .iter()
@@ -110,19 +110,6 @@ pub(crate) async fn advise(args: AdviseArgs) -> anyhow::Result<()> {
         outln!("plot written to {}", path.display());
     }
     Ok(())
-}
-
-fn empty(source: &SourceName, period: Duration) -> Observation {
-    Observation {
-        source: source.clone(),
-        deliveries: 0,
-        first_receipts: 0,
-        gaps: Vec::new(),
-        late_duplicates: 0,
-        live_rows: 0,
-        queue_lags: Vec::new(),
-        period,
-    }
 }
 
 fn ms(d: Option<Duration>) -> Option<u64> {

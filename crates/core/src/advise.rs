@@ -42,6 +42,22 @@ pub struct Observation {
     pub period: Duration,
 }
 
+impl Observation {
+    /// A source history shows nothing of over `period`.
+    pub fn empty(source: SourceName, period: Duration) -> Self {
+        Self {
+            source,
+            deliveries: 0,
+            first_receipts: 0,
+            gaps: Vec::new(),
+            late_duplicates: 0,
+            live_rows: 0,
+            queue_lags: Vec::new(),
+            period,
+        }
+    }
+}
+
 /// Builds [`Observation`]s from history rows, one `(source, outcome, gap)` at a time.
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -55,16 +71,7 @@ impl Tally {
         let obs = self
             .sources
             .entry(source)
-            .or_insert_with_key(|source| Observation {
-                source: source.clone(),
-                deliveries: 0,
-                first_receipts: 0,
-                gaps: Vec::new(),
-                late_duplicates: 0,
-                live_rows: 0,
-                queue_lags: Vec::new(),
-                period: Duration::ZERO,
-            });
+            .or_insert_with_key(|source| Observation::empty(source.clone(), Duration::ZERO));
         match outcome {
             // An inbox delivery's completion carries its queue lag.
             HistoryOutcome::Completed if gap.is_some() => {

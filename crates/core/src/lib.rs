@@ -17,7 +17,7 @@
 //! - [`claim`]: requests, outcomes, tokens, records and history rows.
 //! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
-//!   [`HistoryQuery`], [`Identity`] (which store this is) and [`Instances`] (freeing the claims
+//!   [`HistoryQuery`], [`Timeline`] (deliveries over time), [`Identity`] (which store this is) and [`Instances`] (freeing the claims
 //!   of a restarted gateway's earlier boots).
 //! - [`inbox`]: the [`inbox::Inbox`] trait: deliveries claimed and queued in one step, then
 //!   taken under a lease, retried, dead-lettered and replayed.
@@ -50,6 +50,6 @@ pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
     Boot, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, SourceStats, Stats,
-    StoreError, StoreStats, Sweep,
+    StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};

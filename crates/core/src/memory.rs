@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::advise::{Observation, Tally};
 use crate::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
-    StoreStats, Sweep, random_store_id,
+    StoreStats, Sweep, Timeline, TimelineCounts, random_store_id,
 };
 use crate::time::{Clock, SystemClock, Timestamp};
 
@@ -272,6 +272,38 @@ impl HistoryQuery for MemoryStore {
             }
         }
         Ok(tally.finish(period))
+    }
+}
+
+impl Timeline for MemoryStore {
+    async fn timeline(
+        &self,
+        source: &crate::SourceName,
+        bucket_secs: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> Result<TimelineCounts, StoreError> {
+        let now = self.clock.now();
+        let (start, _) = TimelineCounts::window(now, bucket_secs, buckets);
+        let width = i64::from(bucket_secs.get()) * 1_000;
+        let st = self.state();
+        let mut counts: HashMap<(i64, HistoryOutcome), u64> = HashMap::new();
+        for rows in st
+            .history
+            .iter()
+            .filter(|(k, _)| k.source == *source)
+            .map(|(_, rows)| rows)
+        {
+            for h in rows.iter().filter(|h| h.at >= start) {
+                let i = (h.at.as_millis() - start.as_millis()) / width;
+                *counts.entry((i, h.outcome)).or_default() += 1;
+            }
+        }
+        Ok(TimelineCounts::from_rows(
+            now,
+            bucket_secs,
+            buckets,
+            counts.into_iter().map(|((i, o), n)| (i, o, n)),
+        ))
     }
 }
 

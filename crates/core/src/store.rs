@@ -1,8 +1,8 @@
 //! The store traits.
 //!
 //! [`ClaimStore`] is the claim state machine every engine implements. [`Sweep`] (removing expired
-//! records) and [`Stats`] are separate: an engine implements them where they make sense (Redis
-//! expires keys itself and needs no sweeper). [`Identity`] names the store (its schema, not the
+//! records), [`Stats`] and [`Timeline`] (deliveries over time) are separate: an engine implements
+//! them where they make sense (Redis expires keys itself and needs no sweeper). [`Identity`] names the store (its schema, not the
 //! process), and [`Instances`] lets a restarted gateway free the claims its previous boot held.
 //!
 //! All traits use native `async fn` in traits with `Send` futures; where the engine is chosen at
@@ -12,7 +12,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder};
+use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Holder};
 use crate::key::{InstanceName, Key, SourceName};
 use crate::time::Timestamp;
 
@@ -187,4 +187,101 @@ pub trait Stats: Send + Sync {
     /// # Errors
     /// [`StoreError::Backend`].
     fn stats(&self) -> impl Future<Output = Result<StoreStats, StoreError>> + Send;
+}
+
+/// One source's history rows counted per outcome in equal time buckets: what a chart of
+/// deliveries over time draws.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineCounts {
+    /// The store's now when it counted: the last bucket holds it.
+    pub now: Timestamp,
+    /// Where the first bucket starts (a multiple of the bucket width since the epoch).
+    pub start: Timestamp,
+    /// The width of each bucket.
+    pub bucket: Duration,
+    /// How many buckets there are, the last one holding `now`.
+    pub buckets: u32,
+    /// `(bucket index from 0, outcome, rows)`, only for buckets and outcomes with rows.
+    pub counts: Vec<(u32, HistoryOutcome, u64)>,
+}
+
+impl TimelineCounts {
+    /// Bucket `n`'s rows of `outcome`.
+    pub fn count(&self, n: u32, outcome: HistoryOutcome) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(i, o, _)| *i == n && *o == outcome)
+            .map(|c| c.2)
+            .sum()
+    }
+
+    /// Every bucket's rows of `outcome`.
+    pub fn total(&self, outcome: HistoryOutcome) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(_, o, _)| *o == outcome)
+            .map(|c| c.2)
+            .sum()
+    }
+
+    /// Where bucket `n` starts.
+    pub fn bucket_start(&self, n: u32) -> Timestamp {
+        self.start.plus(self.bucket * n)
+    }
+
+    /// The window ending with the bucket that holds `now`: `buckets` buckets of `bucket` each,
+    /// aligned to multiples of `bucket` since the epoch.
+    pub fn window(
+        now: Timestamp,
+        bucket: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> (Timestamp, Duration) {
+        let width = i64::from(bucket.get()) * 1_000;
+        let end = (now.as_millis().div_euclid(width) + 1) * width;
+        (
+            Timestamp::from_millis(end - width * i64::from(buckets.get())),
+            Duration::from_secs(u64::from(bucket.get())),
+        )
+    }
+
+    /// Counts from `(bucket index, outcome, rows)` rows as a store's query yields them; rows of
+    /// an index outside the window (a clock step) are left out.
+    pub fn from_rows(
+        now: Timestamp,
+        bucket: NonZeroU32,
+        buckets: NonZeroU32,
+        rows: impl IntoIterator<Item = (i64, HistoryOutcome, u64)>,
+    ) -> Self {
+        let (start, width) = Self::window(now, bucket, buckets);
+        let counts = rows
+            .into_iter()
+            .filter_map(|(i, o, n)| {
+                let i = u32::try_from(i).ok().filter(|i| *i < buckets.get())?;
+                Some((i, o, n))
+            })
+            .collect();
+        Self {
+            now,
+            start,
+            bucket: width,
+            buckets: buckets.get(),
+            counts,
+        }
+    }
+}
+
+/// Deliveries over time, counted by the store from its history (bounded: one source, one
+/// window, an index on `(source, received_at)`).
+pub trait Timeline: Send + Sync {
+    /// `source`'s history rows in the `buckets` buckets of `bucket_secs` seconds each that end
+    /// with the one holding the store's now (by its own clock), counted per outcome.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn timeline(
+        &self,
+        source: &SourceName,
+        bucket_secs: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> impl Future<Output = Result<TimelineCounts, StoreError>> + Send;
 }

@@ -211,6 +211,19 @@ macro_rules! history_conformance_tests {
     };
 }
 
+/// Expands the timeline cases, for stores that implement [`crate::store::Timeline`].
+#[macro_export]
+macro_rules! timeline_conformance_tests {
+    ($make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn timeline_counts_each_outcome_in_its_bucket() {
+            if let Some(harness) = $make.await {
+                $crate::testkit::cases::timeline_counts_each_outcome_in_its_bucket(&harness).await;
+            }
+        }
+    };
+}
+
 /// Expands the inbox cases, for stores that implement [`crate::inbox::Inbox`] and
 /// [`Instances`].
 #[macro_export]
@@ -250,7 +263,9 @@ pub mod cases {
     use super::*;
 
     mod inbox;
+    mod timeline;
     pub use inbox::*;
+    pub use timeline::*;
 
     /// A lease long enough never to lapse during a case.
     const LONG_LEASE: Duration = Duration::from_secs(60);

@@ -238,6 +238,7 @@ pub(crate) fn spawn_sweeper(
         let state = state.clone();
         move |run: Result<idemgate_core::sweep::SweepReport, idemgate_core::StoreError>| {
             let store = state.store.engine();
+            state.dashboard.sweep_run(&run);
             match run {
                 Ok(r) => {
                     state.metrics.sweep_run(Some(r.rows));

@@ -22,6 +22,8 @@
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
 //! - `admin`: `/healthz` (a real round trip to the store) and `/metrics` (Prometheus).
+//! - [`dashboard`]: `/dashboard`, one server-rendered HTML page with SVG charts (loopback
+//!   only unless a token is presented), and one page per event.
 //! - [`outcome`]: [`Outcome`], what the gateway did with a request, one typed value from the
 //!   handler to the header, the metric and the log line.
 //! - [`error`]: every failure mapped to HTTP in one place, as problem+json.
@@ -29,6 +31,7 @@
 
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod outcome;
@@ -73,6 +76,12 @@ pub fn app(state: AppState) -> Router {
         .route("/openapi.json", get(admin::openapi))
         .route("/healthz", get(admin::healthz))
         .route("/metrics", get(admin::metrics))
+        .route("/dashboard", get(dashboard::overview))
+        .route("/dashboard/events", get(dashboard::search))
+        .route(
+            "/dashboard/events/{source}/{event_id}",
+            get(dashboard::event_page),
+        )
         .fallback(admin::not_found)
         // Bodies are read with an explicit limit by each handler; this bounds everything else.
         .layer(DefaultBodyLimit::max(limits.body_limit))

@@ -221,6 +221,36 @@ impl Metrics {
     }
 
     /// Records how long one claim took in the store.
+    /// `idemgate_late_duplicates` of `source`, as `/metrics` shows it (0 when none was counted,
+    /// and no series is created for it).
+    pub fn late_duplicates_seen(&self, source: &str) -> u64 {
+        self.late.get(&by_source(source)).map_or(0, |c| c.get())
+    }
+
+    /// `idemgate_deliveries` of `source` by outcome, as `/metrics` shows them: only the
+    /// outcomes counted (no series is created for the others).
+    pub fn delivery_counts(&self, source: &str) -> Vec<(&'static str, u64)> {
+        crate::Outcome::ALL
+            .iter()
+            .filter_map(|o| {
+                let labels = Delivery {
+                    source: source.to_owned(),
+                    outcome: o.as_str(),
+                };
+                self.deliveries.get(&labels).map(|c| (o.as_str(), c.get()))
+            })
+            .collect()
+    }
+
+    /// `idemgate_sweeper_runs`, `idemgate_sweeper_rows` and `idemgate_sweeper_failures`.
+    pub fn sweeper_totals(&self) -> (u64, u64, u64) {
+        (
+            self.sweeper_runs.get(),
+            self.sweeper_rows.get(),
+            self.sweeper_failures.get(),
+        )
+    }
+
     pub fn claim_latency(&self, d: Duration) {
         self.claim_duration.observe(d.as_secs_f64());
     }

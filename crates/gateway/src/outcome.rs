@@ -80,6 +80,10 @@ outcomes! {
     Metrics => "metrics",
     /// `/openapi.json`.
     Openapi => "openapi",
+    /// `/dashboard`: the overview (or the redirect that keeps a `?token=` in a cookie).
+    Dashboard => "dashboard",
+    /// `/dashboard` refused: no valid token, and not a loopback peer (or `dashboard_token` set).
+    DashboardForbidden => "dashboard_forbidden",
     /// The downstream answered other than 2xx.
     ForwardFailed => "forward_failed",
     /// The downstream could not be reached.

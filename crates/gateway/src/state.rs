@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use idemgate::{AnyStore, Dedup};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName, StoreError,
+    ClaimOutcome, ClaimRequest, Holder, Key, LateDuplicates, SourceName, StoreError, StoreStats,
 };
 use idemgate_providers::Verifier;
 
@@ -96,8 +96,11 @@ pub struct Inner {
     pub(crate) limits: Limits,
     /// `/openapi.json`, with the configured source names.
     pub(crate) openapi: String,
-    /// Row counts for `/metrics`, refreshed at most every few seconds (they cost a scan).
-    rows: Mutex<Option<(Instant, RowCounts)>>,
+    /// What the store holds, for `/metrics` and the dashboard, refreshed at most every few
+    /// seconds (it costs a scan): both show the same figures.
+    stats: Mutex<Option<(Instant, Arc<StoreStats>)>>,
+    /// `/dashboard`: who may open it, the sweeper's last runs, the advisor's cached figures.
+    pub(crate) dashboard: crate::dashboard::Dashboard,
     /// This process's instance and boot, recorded with the claims and queue items it holds.
     pub(crate) holder: Option<Holder>,
     /// Wakes the inbox dispatchers when a delivery was queued.
@@ -190,7 +193,8 @@ impl AppState {
             api_tokens: config.api_tokens.clone(),
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
-            rows: Mutex::default(),
+            stats: Mutex::default(),
+            dashboard: crate::dashboard::Dashboard::new(config),
         }))
     }
 
@@ -226,15 +230,20 @@ impl AppState {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(AppError::Unauthorized)?;
-        let mut ok = false;
-        for token in &self.api_tokens {
-            ok |= constant_time_eq(token.as_bytes(), presented.as_bytes());
-        }
-        if ok {
+        if self.is_api_token(presented) {
             Ok(())
         } else {
             Err(AppError::Unauthorized)
         }
+    }
+
+    /// Whether `presented` is one of the configured `api_tokens` (compared in constant time).
+    pub(crate) fn is_api_token(&self, presented: &str) -> bool {
+        let mut ok = false;
+        for token in &self.api_tokens {
+            ok |= constant_time_eq(token.as_bytes(), presented.as_bytes());
+        }
+        ok
     }
 
     /// Claims through the store (timed, counted and logged in one place, `observe_claim`).
@@ -280,27 +289,35 @@ impl AppState {
 
     /// Live and expired record counts, cached for a few seconds.
     pub(crate) async fn row_counts(&self) -> Option<RowCounts> {
+        self.store_stats().await.map(|s| RowCounts {
+            live: s.live,
+            expired: s.expired,
+        })
+    }
+
+    /// What the store holds ([`Stats::stats`](idemgate_core::store::Stats::stats)), cached for
+    /// a few seconds; `None` when the store counts too slowly for every scrape (the Redis store)
+    /// or failed (the reason is logged).
+    pub(crate) async fn store_stats(&self) -> Option<Arc<StoreStats>> {
         const FRESH: Duration = Duration::from_secs(5);
         if !self.store.counts_cheaply() {
             return None;
         }
-        if let Some((at, rows)) = *self.rows.lock().unwrap_or_else(|p| p.into_inner())
+        if let Some((at, stats)) = &*self.stats.lock().unwrap_or_else(|p| p.into_inner())
             && at.elapsed() < FRESH
         {
-            return Some(rows);
+            return Some(stats.clone());
         }
         use idemgate_core::store::Stats;
         match self.store.stats().await {
             Ok(s) => {
-                let rows = RowCounts {
-                    live: s.live,
-                    expired: s.expired,
-                };
-                *self.rows.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), rows));
-                Some(rows)
+                let stats = Arc::new(s);
+                *self.stats.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Instant::now(), stats.clone()));
+                Some(stats)
             }
             Err(e) => {
-                tracing::warn!(error = %error::ErrorChain(&e), "cannot count rows for /metrics");
+                tracing::warn!(error = %error::ErrorChain(&e), "cannot count the store's rows");
                 None
             }
         }
@@ -393,7 +410,7 @@ fn observe_claim(
     tracing::debug!(source = %source, outcome = outcome.name(), "claim");
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -125,6 +125,26 @@ async fn a_flush_in_the_middle_never_lets_a_duplicate_through() {
         .parse()
         .unwrap();
     assert!(hits > 0, "duplicates were answered from Redis:\n{m}");
+    // The dashboard shows the tier's hit rate from the same counters.
+    let misses: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_redis_tier_total{result=\"miss\"} "))
+        .expect("tier misses in /metrics")
+        .parse()
+        .unwrap();
+    let page = String::from_utf8(gw.get("/dashboard").await.unwrap().body.to_vec()).unwrap();
+    let rate = format!(
+        "{:.1}% ({hits} hits, {misses} misses)",
+        hits as f64 * 100.0 / (hits + misses) as f64
+    );
+    assert!(
+        page.contains(&format!("<dd id=\"tier-hit-rate\">{rate}</dd>")),
+        "{rate} in\n{page}"
+    );
+    assert!(
+        page.contains(&format!("answers; hit rate {rate}")),
+        "{page}"
+    );
     std::sync::Arc::into_inner(gw).unwrap().stop().await;
 }
 
@@ -161,6 +181,13 @@ async fn redis_as_the_store() {
     assert_eq!(deliver(&gw, "r-1").await, "forwarded");
     assert_eq!(deliver(&gw, "r-1").await, "duplicate");
     assert_eq!(down.attempts("gh:r-1").len(), 1);
+    // The dashboard says what the Redis store cannot show, and that it needs no sweeper.
+    let page = String::from_utf8(gw.get("/dashboard").await.unwrap().body.to_vec()).unwrap();
+    assert!(
+        page.contains("Deliveries over time are not available on this store"),
+        "{page}"
+    );
+    assert!(page.contains("not needed: Redis expires its keys itself"));
     gw.stop().await;
 }
 

@@ -13,6 +13,7 @@ use idemgate_core::inbox::{
 };
 use idemgate_core::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
+    Timeline, TimelineCounts,
 };
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
@@ -138,6 +139,34 @@ impl AnyStore {
             #[cfg(feature = "redis")]
             Self::Plain(Engine::Redis(_)) => false,
             _ => true,
+        }
+    }
+
+    /// One source's deliveries over time ([`Timeline::timeline`]), from the store of record
+    /// (behind a tier, the engine beneath it). `None` on the Redis store: its history is a
+    /// stream per event, which it cannot count by time without reading every one.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    pub async fn timeline(
+        &self,
+        source: &SourceName,
+        bucket_secs: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> Result<Option<TimelineCounts>, StoreError> {
+        let engine = match self {
+            Self::Plain(e) => e,
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => t.inner(),
+        };
+        match engine {
+            Engine::Memory(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
+            #[cfg(feature = "sqlite")]
+            Engine::Sqlite(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
+            #[cfg(feature = "redis")]
+            Engine::Redis(_) => Ok(None),
         }
     }
 

@@ -38,7 +38,8 @@
 //!   overridden to maintain partitions first); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
-//! The SQL lives in `sql/`: `migrations/0001_init.sql`, `0002_holders.sql` and `0003_inbox.sql`
+//! The SQL lives in `sql/`: `migrations/0001_init.sql`, `0002_holders.sql`, `0003_inbox.sql` and
+//! `0004_history_by_source_time.sql`
 //! hold the tables and the server-side functions (the claim rules in PL/pgSQL), the other files
 //! the statements the store sends.
 //!

@@ -42,10 +42,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "finish_batch",
         sql: include_str!("../sql/migrations/0004_finish_batch.sql"),
     },
+    Migration {
+        version: 5,
+        name: "history by source and time",
+        sql: include_str!("../sql/migrations/0005_history_by_source_time.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

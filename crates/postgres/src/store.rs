@@ -11,7 +11,7 @@ use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, HistoryOutcome,
     HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
-    StoreError, StoreStats, Timestamp,
+    StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
 };
 
 use crate::batch::{Batcher, Claim, Claims, Finish, Finishes};
@@ -369,6 +369,43 @@ impl HistoryQuery for PgStore {
             }
         }
         Ok(tally.finish(period))
+    }
+}
+
+impl Timeline for PgStore {
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %source))]
+    async fn timeline(
+        &self,
+        source: &SourceName,
+        bucket_secs: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> Result<TimelineCounts, StoreError> {
+        const CONTEXT: &str = "counting history";
+        let client = self.inner.db.client().await?;
+        let width = i64::from(bucket_secs.get()) * 1_000;
+        let rows = client
+            .query(
+                include_str!("../sql/timeline.sql"),
+                &[&source.as_str(), &width, &i64::from(buckets.get())],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let mut now = None;
+        let mut counts = Vec::new();
+        for row in &rows {
+            now = Some(Timestamp::from_millis(row::get(row, "now_ms", CONTEXT)?));
+            let bucket: Option<i64> = row::get(row, "bucket", CONTEXT)?;
+            let outcome: Option<&str> = row::get(row, "outcome", CONTEXT)?;
+            let n: Option<i64> = row::get(row, "n", CONTEXT)?;
+            // Only known outcomes are ever stored; the one row of an empty window has none.
+            if let (Some(bucket), Some(outcome), Some(n)) =
+                (bucket, outcome.and_then(HistoryOutcome::parse), n)
+            {
+                counts.push((bucket, outcome, count(n)));
+            }
+        }
+        let now = now.ok_or_else(|| row::unexpected(CONTEXT, "no row"))?;
+        Ok(TimelineCounts::from_rows(now, bucket_secs, buckets, counts))
     }
 }
 

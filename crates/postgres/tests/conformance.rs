@@ -9,6 +9,7 @@ mod batched {
     idemgate_core::conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::sweep_conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::history_conformance_tests!(common::harness(Expiry::batched()));
+    idemgate_core::timeline_conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::instances_conformance_tests!(common::harness(Expiry::batched()));
     idemgate_core::inbox_conformance_tests!(common::harness(Expiry::batched()));
 }
@@ -19,6 +20,7 @@ mod partitioned {
     idemgate_core::conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::sweep_conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::history_conformance_tests!(common::harness(common::partitioned_hourly()));
+    idemgate_core::timeline_conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::instances_conformance_tests!(common::harness(common::partitioned_hourly()));
     idemgate_core::inbox_conformance_tests!(common::harness(common::partitioned_hourly()));
 }

@@ -33,7 +33,7 @@ use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry};
 use idemgate_core::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
-    StoreStats, Sweep,
+    StoreStats, Sweep, Timeline, TimelineCounts,
 };
 use idemgate_core::{
     Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordState, SourceName,
@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0001_init.sql"),
     include_str!("../sql/0002_holders.sql"),
     include_str!("../sql/0003_inbox.sql"),
+    include_str!("../sql/0004_history_by_source_time.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
@@ -510,6 +511,40 @@ impl HistoryQuery for SqliteStore {
                 }
             }
             Ok(tally.finish(period))
+        })
+        .await
+    }
+}
+
+impl Timeline for SqliteStore {
+    #[tracing::instrument(name = "sqlite_timeline", level = "debug", skip(self))]
+    async fn timeline(
+        &self,
+        source: &SourceName,
+        bucket_secs: NonZeroU32,
+        buckets: NonZeroU32,
+    ) -> Result<TimelineCounts, StoreError> {
+        let source = source.as_str().to_owned();
+        self.read(move |conn, now| {
+            let failed = || sql("cannot count history");
+            let (start, width) = TimelineCounts::window(now, bucket_secs, buckets);
+            let mut stmt = conn
+                .prepare_cached(include_str!("../sql/timeline.sql"))
+                .map_err(failed())?;
+            let mut rows = stmt
+                .query(params![source, start.as_millis(), width.as_millis() as i64])
+                .map_err(failed())?;
+            let mut counts = Vec::new();
+            while let Some(row) = rows.next().map_err(failed())? {
+                let bucket: i64 = row.get(0).map_err(failed())?;
+                let outcome: String = row.get(1).map_err(failed())?;
+                let n: i64 = row.get(2).map_err(failed())?;
+                // Only known outcomes are ever stored.
+                if let Some(outcome) = HistoryOutcome::parse(&outcome) {
+                    counts.push((bucket, outcome, n.max(0) as u64));
+                }
+            }
+            Ok(TimelineCounts::from_rows(now, bucket_secs, buckets, counts))
         })
         .await
     }

@@ -84,6 +84,10 @@ pub struct Config {
     /// Bearer tokens accepted by `/v1` and by sources with `provider = "none"`.
     #[serde(default)]
     pub api_tokens: Vec<String>,
+    /// A token that opens `/dashboard` from any address (as a bearer token, or once in a
+    /// browser as `/dashboard?token=...`, kept in a cookie). Without it, the dashboard answers
+    /// loopback peers only (and `api_tokens` from anywhere); with it, every peer needs a token.
+    pub dashboard_token: Option<String>,
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -802,6 +806,30 @@ impl Config {
                 key: "api_tokens",
                 why: "holds the example's placeholder; fill in a long random token of your own (e.g. `openssl rand -hex 24`)".into(),
             });
+        }
+        if let Some(token) = &self.dashboard_token {
+            let why = if is_placeholder(token) {
+                Some(
+                    "holds the example's placeholder; fill in a long random token of your own (e.g. `openssl rand -hex 24`)",
+                )
+            } else if token.len() < 16 {
+                Some("must be at least 16 characters")
+            } else if !token
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !matches!(b, b';' | b',' | b'"' | b'\\'))
+            {
+                Some(
+                    "may hold only printable ASCII without spaces, ';', ',', '\"' or '\\' (it travels in a cookie)",
+                )
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                problems.push(ConfigError::Global {
+                    key: "dashboard_token",
+                    why: why.into(),
+                });
+            }
         }
         if self.api_tokens.iter().any(|t| t.len() < 16) {
             problems.push(ConfigError::Global {

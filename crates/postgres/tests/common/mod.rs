@@ -168,6 +168,17 @@ impl idemgate_core::HistoryQuery for TestStore {
     }
 }
 
+impl idemgate_core::Timeline for TestStore {
+    async fn timeline(
+        &self,
+        source: &idemgate_core::SourceName,
+        bucket_secs: std::num::NonZeroU32,
+        buckets: std::num::NonZeroU32,
+    ) -> Result<idemgate_core::TimelineCounts, StoreError> {
+        self.store.timeline(source, bucket_secs, buckets).await
+    }
+}
+
 impl idemgate_core::HistoryRetention for TestStore {
     async fn purge_history(
         &self,

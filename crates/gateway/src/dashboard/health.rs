@@ -1,0 +1,179 @@
+//! The health row: each component green, amber or red, with the reason in words.
+
+use std::time::Duration;
+
+use idemgate_core::inbox::InboxStats;
+use idemgate_core::{StoreError, StoreStats};
+
+use super::SweepRun;
+use crate::AppState;
+use crate::error::ErrorChain;
+
+/// A health light: green, amber or red, with the reason in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Light {
+    Green,
+    Amber,
+    Red,
+    /// Not configured, or not needed: nothing to judge.
+    Off,
+}
+
+/// One component's health in the header row.
+#[derive(Debug, Clone)]
+pub(super) struct Health {
+    pub(super) name: &'static str,
+    pub(super) light: Light,
+    pub(super) why: String,
+}
+
+pub(super) fn store_health(ping: &Result<(), StoreError>, took: Duration) -> Health {
+    let ms = took.as_secs_f64() * 1_000.0;
+    let (light, why) = match ping {
+        Err(e) => (Light::Red, format!("does not answer: {}", ErrorChain(e))),
+        Ok(()) if took > Duration::from_millis(250) => (
+            Light::Amber,
+            format!("answers, slowly: a lookup took {ms:.0} ms"),
+        ),
+        Ok(()) => (Light::Green, format!("answers: a lookup took {ms:.1} ms")),
+    };
+    Health {
+        name: "store",
+        light,
+        why,
+    }
+}
+
+pub(super) fn tier_health(
+    ping: Option<&Result<(), String>>,
+    counts: Option<crate::metrics::TierCounts>,
+) -> Health {
+    let rate = counts.map(|c| super::page::hit_rate(c.hits, c.misses));
+    let (light, why) = match ping {
+        None => (Light::Off, "no Redis tier configured".to_owned()),
+        Some(Err(e)) => (
+            Light::Red,
+            format!("does not answer ({e}): claims go to the store alone, slower"),
+        ),
+        Some(Ok(())) => match counts {
+            Some(c) if c.errors > 0 || c.bypassed > 0 => (
+                Light::Amber,
+                format!(
+                    "answers now; since start {} errors and {} claims bypassed it; hit rate {}",
+                    c.errors,
+                    c.bypassed,
+                    rate.unwrap_or_default()
+                ),
+            ),
+            _ => (
+                Light::Green,
+                format!("answers; hit rate {}", rate.unwrap_or_default()),
+            ),
+        },
+    };
+    Health {
+        name: "Redis tier",
+        light,
+        why,
+    }
+}
+
+pub(super) fn sweeper_health(
+    state: &AppState,
+    sweeps: &[SweepRun],
+    stats: Option<&StoreStats>,
+) -> Health {
+    let every = state.dashboard.sweep_interval;
+    let human = |d: Duration| idemgate_core::Human(Duration::from_secs(d.as_secs())).to_string();
+    let backlog = stats.map_or(0, |s| s.expired);
+    let (light, why) = if state.store.engine() == "redis" {
+        (
+            Light::Off,
+            "not needed: Redis expires its keys itself".to_owned(),
+        )
+    } else {
+        match sweeps.first() {
+            None => (
+                Light::Amber,
+                format!(
+                    "no run yet (one runs at start, then every {})",
+                    human(every)
+                ),
+            ),
+            Some(SweepRun {
+                error: Some(e), at, ..
+            }) => (
+                Light::Red,
+                format!("the last run, {} ago, failed: {e}", human(at.elapsed())),
+            ),
+            Some(run) if run.at.elapsed() > every.saturating_mul(3) + Duration::from_secs(5) => (
+                Light::Amber,
+                format!(
+                    "silent: the last run was {} ago, runs are due every {}",
+                    human(run.at.elapsed()),
+                    human(every)
+                ),
+            ),
+            Some(run) if backlog > 0 && backlog > stats.map_or(0, |s| s.live) => (
+                Light::Amber,
+                format!(
+                    "behind: {backlog} expired records wait, more than the live ones; the last run {} ago deleted {}",
+                    human(run.at.elapsed()),
+                    run.rows
+                ),
+            ),
+            Some(run) => (
+                Light::Green,
+                format!(
+                    "the last run, {} ago, deleted {} expired records in {} ms",
+                    human(run.at.elapsed()),
+                    run.rows,
+                    run.elapsed.as_millis()
+                ),
+            ),
+        }
+    };
+    Health {
+        name: "sweeper",
+        light,
+        why,
+    }
+}
+
+pub(super) fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
+    let mut late = Vec::new();
+    let mut dead = 0;
+    for s in inbox {
+        dead += s.dead;
+        let Some(src) = state.sources.get(s.source.as_str()) else {
+            continue;
+        };
+        let margin = src.policy.ttl.contract.queue_lag;
+        if let Some(lag) = s.oldest_pending.filter(|lag| *lag > margin) {
+            late.push(format!(
+                "{}: oldest item {} old, past its queue_lag of {}",
+                s.source,
+                idemgate_core::Human(Duration::from_secs(lag.as_secs())),
+                idemgate_core::Human(margin)
+            ));
+        }
+    }
+    let (light, why) = if !late.is_empty() {
+        (Light::Red, late.join("; "))
+    } else if dead > 0 {
+        (
+            Light::Amber,
+            format!("{dead} dead letters wait for idemgate replay"),
+        )
+    } else {
+        (
+            Light::Green,
+            "every queue within its queue_lag margin, no dead letters".to_owned(),
+        )
+    };
+    Health {
+        name: "inbox",
+        light,
+        why,
+    }
+}

@@ -1,0 +1,407 @@
+//! `/dashboard`: one server-rendered HTML page an operator looks at, and one page per event.
+//!
+//! No script, no framework, nothing fetched from elsewhere: HTML, a little CSS and inline SVG
+//! charts drawn by `idemgate-chart` (real `<text>`, titles and descriptions, series told apart
+//! by pattern as well as colour). The overview reloads itself every 30 seconds (`<meta
+//! refresh>`, which `?refresh=off` leaves out).
+//!
+//! # Layout
+//!
+//! - `access`: who may open the dashboard: loopback peers, or any peer presenting
+//!   `dashboard_token` (or one of `api_tokens`) as a bearer token or in the cookie `?token=`
+//!   sets.
+//! - this module: the routes, and what a page shows, read from the store (by its clock) and
+//!   from the gateway's own metrics: the same figures `/metrics` and `idemgate advise` give.
+//! - `health`: the health row; `timeline`: deliveries over time, counted by the store.
+//! - `page`: the overview's HTML; `event`: one event's record and history; `charts`: the SVG
+//!   charts; `html`: escaping, URL encoding and the page shell.
+//!
+//! # Cost
+//!
+//! Every query is bounded: deliveries over time count one source's last hour and day from an
+//! index on `(source, received_at, outcome)`, and a view after the first counts only the last
+//! few buckets again; record counts are `/metrics`' (cached a few
+//! seconds); the advisor's figures, which read a month of history, are computed at most once a
+//! minute, in the background once a first view has them, and the page says how old they are.
+
+mod access;
+mod charts;
+mod event;
+mod health;
+mod html;
+mod page;
+mod timeline;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use idemgate_core::advise::{self, Advice, Observation};
+use idemgate_core::inbox::InboxStats;
+use idemgate_core::store::{ClaimStore, HistoryQuery};
+use idemgate_core::sweep::SweepReport;
+use idemgate_core::{EventId, Key, SourceName, StoreError, StoreStats, TimelineCounts};
+
+pub use charts::gap_panel;
+
+use health::{Health, Light, inbox_health, store_health, sweeper_health, tier_health};
+use timeline::Deliveries;
+
+use crate::AppState;
+use crate::config::{Config, Mode};
+use crate::error::{AppError, ErrorChain};
+use crate::outcome::Outcome;
+
+/// How far back the advisor looks: `idemgate advise`'s default.
+pub const ADVICE_PERIOD: Duration = Duration::from_secs(30 * 86_400);
+/// How long the advisor's figures are served before they are computed again.
+const ADVICE_FRESH: Duration = Duration::from_secs(60);
+/// Sweeper runs remembered.
+const SWEEPS_KEPT: usize = 10;
+
+/// The dashboard's share of the gateway's state.
+#[derive(Debug)]
+pub(crate) struct Dashboard {
+    /// `dashboard_token`: with it, any peer presenting it may open the dashboard.
+    token: Option<String>,
+    /// `store.sweep_interval`: a sweeper silent for much longer is a warning.
+    sweep_interval: Duration,
+    /// The last runs of the background sweeper, newest first.
+    sweeps: Mutex<VecDeque<SweepRun>>,
+    /// The advisor's figures, as last computed.
+    advice: Mutex<Option<Arc<Advised>>>,
+    /// Whether a background refresh of `advice` is running.
+    refreshing: Arc<AtomicBool>,
+    /// Each source's deliveries over time as last counted, by source and bucket width.
+    timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
+}
+
+impl Dashboard {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            token: config.dashboard_token.clone(),
+            sweep_interval: config.store.sweep_interval,
+            sweeps: Mutex::default(),
+            advice: Mutex::default(),
+            refreshing: Arc::default(),
+            timelines: Mutex::default(),
+        }
+    }
+
+    /// Remembers one run of the background sweeper.
+    pub(crate) fn sweep_run(&self, run: &Result<SweepReport, StoreError>) {
+        let entry = match run {
+            Ok(r) => SweepRun {
+                at: Instant::now(),
+                rows: r.rows,
+                batches: r.batches,
+                elapsed: r.elapsed,
+                partitions: r.partitions_created.len() + r.partitions_dropped.len(),
+                error: None,
+            },
+            Err(e) => SweepRun {
+                at: Instant::now(),
+                rows: 0,
+                batches: 0,
+                elapsed: Duration::ZERO,
+                partitions: 0,
+                error: Some(ErrorChain(e).to_string()),
+            },
+        };
+        let mut sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        sweeps.push_front(entry);
+        sweeps.truncate(SWEEPS_KEPT);
+    }
+
+    fn sweeps(&self) -> Vec<SweepRun> {
+        let sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        sweeps.iter().cloned().collect()
+    }
+}
+
+/// One run of the background sweeper, as the dashboard lists it.
+#[derive(Debug, Clone)]
+struct SweepRun {
+    /// When it ended, by this process's monotonic clock (shown as an age).
+    at: Instant,
+    rows: u64,
+    batches: u64,
+    elapsed: Duration,
+    /// Partitions created and dropped (PostgreSQL's partitioned mode).
+    partitions: usize,
+    error: Option<String>,
+}
+
+/// The advisor's figures for every configured source, by name.
+#[derive(Debug)]
+struct Advised {
+    at: Instant,
+    sources: Vec<(Advice, Vec<Duration>)>,
+}
+
+/// Each configured source's advice over [`ADVICE_PERIOD`], as `idemgate advise` computes it:
+/// the history's observation, the live rows from `stats`, the source's contract and TTL.
+async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
+    let observed = state.store.observe(ADVICE_PERIOD).await?;
+    let stats = state.store_stats().await;
+    let mut names: Vec<&String> = state.sources.keys().collect();
+    names.sort();
+    let sources = names
+        .into_iter()
+        .map(|name| {
+            let src = &state.sources[name];
+            let mut obs = observed
+                .iter()
+                .find(|o| o.source == src.name)
+                .cloned()
+                .unwrap_or_else(|| Observation::empty(src.name.clone(), ADVICE_PERIOD));
+            obs.live_rows = stats
+                .as_ref()
+                .and_then(|s| s.per_source.iter().find(|p| p.source == src.name))
+                .map_or(0, |p| p.live);
+            let advice = advise::advise(&obs, &src.policy.ttl.contract, src.policy.ttl.ttl);
+            (advice, obs.gaps)
+        })
+        .collect();
+    Ok(Advised {
+        at: Instant::now(),
+        sources,
+    })
+}
+
+/// The advisor's figures: the cached ones while fresh; computed now when there are none; the
+/// cached ones, with a refresh started behind them, when they are stale.
+async fn advised(state: &AppState) -> Result<Arc<Advised>, StoreError> {
+    let cached = state
+        .dashboard
+        .advice
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    match cached {
+        Some(a) if a.at.elapsed() < ADVICE_FRESH => Ok(a),
+        Some(stale) => {
+            if !state.dashboard.refreshing.swap(true, Ordering::AcqRel) {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    match advise_all(&state).await {
+                        Ok(a) => {
+                            *state
+                                .dashboard
+                                .advice
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(a));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %ErrorChain(&e), "dashboard: cannot read history for the advisor");
+                        }
+                    }
+                    state.dashboard.refreshing.store(false, Ordering::Release);
+                });
+            }
+            Ok(stale)
+        }
+        None => {
+            let a = Arc::new(advise_all(state).await?);
+            *state
+                .dashboard
+                .advice
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(a.clone());
+            Ok(a)
+        }
+    }
+}
+
+/// One source's counters in `/metrics`: `idemgate_deliveries` by outcome and
+/// `idemgate_late_duplicates`.
+#[derive(Debug)]
+struct Counters {
+    source: SourceName,
+    deliveries: Vec<(&'static str, u64)>,
+    late_duplicates: u64,
+}
+
+/// Everything the overview shows.
+#[derive(Debug)]
+struct Overview {
+    engine: &'static str,
+    health: Vec<Health>,
+    stats: Option<Arc<StoreStats>>,
+    /// The advisor's figures and their age; the error when history could not be read.
+    advised: Result<Arc<Advised>, String>,
+    /// By source name, as `advised`.
+    deliveries: Vec<(SourceName, Result<Deliveries, String>)>,
+    inbox: Vec<InboxStats>,
+    sweeps: Vec<SweepRun>,
+    /// `/metrics`' counters, per source.
+    counters: Vec<Counters>,
+    tier: Option<crate::metrics::TierCounts>,
+    refresh: bool,
+}
+
+/// `GET /dashboard`.
+pub(crate) async fn overview(State(state): State<AppState>, req: Request) -> Response {
+    let query = PageQuery::of(&req);
+    if let Some(refused) = access::check(&state, &req, query.token.as_deref()) {
+        return refused;
+    }
+    let data = gather(&state, query.refresh.as_deref() != Some("off")).await;
+    respond(Outcome::Dashboard, page::render(&data, &state))
+}
+
+/// The query string the dashboard's pages take.
+#[derive(Debug)]
+struct PageQuery {
+    /// A token to keep in a cookie (then the page redirects to itself without it).
+    token: Option<String>,
+    /// `off`: no automatic reload.
+    refresh: Option<String>,
+    /// The search box: a source and an event id.
+    source: Option<String>,
+    event_id: Option<String>,
+}
+
+impl PageQuery {
+    fn of(req: &Request) -> Self {
+        let q = req.uri().query();
+        Self {
+            token: html::query_param(q, "token"),
+            refresh: html::query_param(q, "refresh"),
+            source: html::query_param(q, "source"),
+            event_id: html::query_param(q, "event_id"),
+        }
+    }
+}
+
+async fn gather(state: &AppState, refresh: bool) -> Overview {
+    let started = Instant::now();
+    let ping = state.store.ping().await;
+    let ping_ms = started.elapsed();
+    let tier_ping = state.store.ping_tier().await;
+    let stats = state.store_stats().await;
+    let inbox = state.inbox_stats().await;
+    let tier = state.tier_counts();
+    let sweeps = state.dashboard.sweeps();
+    let advised = advised(state).await.map_err(|e| ErrorChain(&e).to_string());
+    let mut names: Vec<&SourceName> = state.sources.values().map(|s| &s.name).collect();
+    names.sort();
+    let mut deliveries = Vec::new();
+    let mut counters = Vec::new();
+    for name in names {
+        deliveries.push((name.clone(), timeline::timeline(state, name).await));
+        counters.push(Counters {
+            source: name.clone(),
+            deliveries: state.metrics.delivery_counts(name.as_str()),
+            late_duplicates: state.metrics.late_duplicates_seen(name.as_str()),
+        });
+    }
+    let health = vec![
+        store_health(&ping, ping_ms),
+        tier_health(tier_ping.as_ref(), tier),
+        sweeper_health(state, &sweeps, stats.as_deref()),
+    ];
+    let mut health = health;
+    if state.sources.values().any(|s| s.mode == Mode::Inbox) {
+        health.push(inbox_health(state, &inbox));
+    }
+    Overview {
+        engine: state.store.engine(),
+        health,
+        stats,
+        advised,
+        deliveries,
+        inbox,
+        sweeps,
+        counters,
+        tier,
+        refresh,
+    }
+}
+
+/// `GET /dashboard/events/{source}/{event_id}`: one event's record and history.
+pub(crate) async fn event_page(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let query = PageQuery::of(&req);
+    if let Some(refused) = access::check(&state, &req, query.token.as_deref()) {
+        return refused;
+    }
+    match lookup(&state, &source, &event_id).await {
+        Ok(view) => respond(Outcome::Lookup, event::render(&view, &state)),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn lookup(
+    state: &AppState,
+    source: &str,
+    event_id: &str,
+) -> Result<idemgate_core::EventView, AppError> {
+    let src = state.source(source)?;
+    let event_id = EventId::new(event_id).map_err(|e| AppError::BadRequest {
+        kind: Outcome::InvalidEventId,
+        detail: e.to_string(),
+    })?;
+    Ok(state
+        .store
+        .lookup(&Key::new(src.name.clone(), event_id))
+        .await?)
+}
+
+/// `GET /dashboard/events?source=..&event_id=..`: the search box, which goes to the event's page.
+pub(crate) async fn search(State(state): State<AppState>, req: Request) -> Response {
+    let query = PageQuery::of(&req);
+    if let Some(refused) = access::check(&state, &req, query.token.as_deref()) {
+        return refused;
+    }
+    let source = query.source.unwrap_or_default();
+    let event_id = query.event_id.unwrap_or_default();
+    let (source, event_id) = (source.trim(), event_id.trim());
+    if let Err(e) = state.source(source) {
+        return e.into_response();
+    }
+    if let Err(e) = EventId::new(event_id) {
+        return AppError::BadRequest {
+            kind: Outcome::InvalidEventId,
+            detail: e.to_string(),
+        }
+        .into_response();
+    }
+    see_other(&html::event_path(source, event_id), Outcome::Lookup)
+}
+
+/// `303 See Other` to `location` (a path of ours, already encoded).
+fn see_other(location: &str, outcome: Outcome) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    outcome.on(response)
+}
+
+/// An HTML page with the headers every dashboard page carries: nothing may be loaded from
+/// elsewhere or run, the page may not be framed, and nothing is cached.
+fn respond(outcome: Outcome, body: String) -> Response {
+    let mut response = body.into_response();
+    let headers: &mut HeaderMap = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CACHE_CONTROL, "no-store"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    outcome.on(response)
+}
