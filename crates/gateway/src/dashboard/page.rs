@@ -243,9 +243,11 @@ fn advice_cards(
         src = esc(name),
         verdict = esc(&a.verdict.to_string()),
         rec_s = a.recommended_ttl.as_secs(),
-        rec = human(a.recommended_ttl),
+        // As precise as the chart's marks: a recommendation a fraction of a second above the
+        // TTL in force must not read as equal to it.
+        rec = Human(a.recommended_ttl),
         ttl_s = a.ttl.as_secs(),
-        ttl = human(a.ttl),
+        ttl = Human(a.ttl),
         deliveries = a.deliveries,
         dups = a.duplicates,
         late = a.late_duplicates,
