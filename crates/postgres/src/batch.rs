@@ -60,7 +60,9 @@ pub(crate) async fn run(db: Db, mut queue: mpsc::Receiver<Pending>) {
         recent = batch.len().max(recent - recent / 8);
         let db = db.clone();
         tokio::spawn(async move {
+            let sent = Instant::now();
             let result = send(&db, &batch).await;
+            db.claim_latency.record(sent.elapsed(), batch.len());
             // Free the slot before answering: a caller's next claim must not see this batch
             // as still in flight.
             drop(permit);
