@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(report.backoffs, 3);
         assert_eq!(
             batches[..8],
-            [800, 400, 200, 100, 114, 133, 160, 200],
+            [800, 400, 200, 200, 200, 200, 200, 200],
             "{batches:?}"
         );
         let ms: Vec<u128> = pauses.iter().map(Duration::as_millis).collect();

@@ -107,7 +107,7 @@ async fn an_adaptive_sweep_backs_off_while_claims_are_slow_and_deletes_every_exp
     assert_eq!(ms[..7], [2, 12, 32, 72, 152, 142, 132], "{ms:?}");
     assert_eq!(*pauses.last().unwrap(), PAUSE, "{ms:?}");
     assert_eq!(report.paused_for, pauses.iter().sum::<Duration>());
-    // Smaller batches meanwhile, down to an eighth: more of them than 3000 / 200.
+    // Smaller batches meanwhile, down to a quarter: more of them than 3000 / 200.
     assert!(report.batches > 16, "{report:?}");
 
     // Every expired row is gone; the live claims stay.
