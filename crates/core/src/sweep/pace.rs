@@ -25,9 +25,11 @@
 //!
 //! **The baseline** is the claim-weighted mean latency over periods of at least
 //! [`BASELINE_PERIOD`] (and [`BASELINE_MIN_CLAIMS`] claims), followed with a time constant of
-//! [`BASELINE_TAU`] (an average, not a floor: a floor would sit below the latency's own noise
-//! and take every run for a slowdown). It stands still while a sweep run is under way, so a long
-//! run cannot teach it its own slowdown. A latency that changes for good (a busier workload) is
+//! [`BASELINE_TAU`] (the plain mean of the periods until there are that many): an average, not a
+//! floor, since a floor sits below the latency's own noise and takes every run for a slowdown. It
+//! stands still while a sweep run is under way, so a long run cannot teach it its own slowdown
+//! (nor learn anything during a run that starts before the first period ends: that run goes at
+//! the configured pace). A latency that changes for good (a busier workload) is
 //! learned between runs; meanwhile a run only goes slower, never below its minimum rate.
 //! The signal is this process's claims: a sweeper in a process that claims nothing (the
 //! `idemgate sweep` command) runs at full speed.
@@ -104,6 +106,8 @@ struct State {
     period_from: Option<Instant>,
     /// Seconds.
     baseline: Option<f64>,
+    /// Periods the baseline has learned from.
+    periods: u64,
     /// Sweep runs under way.
     sweeping: usize,
 }
@@ -169,14 +173,16 @@ impl ClaimLatency {
             return;
         }
         let mean = s.period.mean().unwrap_or_default();
-        s.baseline = Some(match s.baseline {
-            None => mean,
-            Some(b) if s.sweeping == 0 => {
-                let k = (span.as_secs_f64() / BASELINE_TAU.as_secs_f64()).min(1.0);
-                b + (mean - b) * k
-            }
-            Some(b) => b,
-        });
+        if s.sweeping == 0 {
+            s.periods += 1;
+            // The mean of the periods so far until there are a time constant's worth, so the
+            // first ones (connections being made, caches cold) do not linger.
+            let k = (span.as_secs_f64() / BASELINE_TAU.as_secs_f64())
+                .max(1.0 / s.periods as f64)
+                .min(1.0);
+            let b = s.baseline.unwrap_or(mean);
+            s.baseline = Some(b + (mean - b) * k);
+        }
         s.period = Acc::default();
         s.period_from = Some(now);
     }
@@ -430,10 +436,11 @@ mod tests {
         assert_eq!(l.baseline(), None);
         feed(&l, &mut at, 2_000 * MS, 4 * MS, 4);
         assert!(close(l.baseline(), 4 * MS), "{:?}", l.baseline());
-        // A few seconds of other latencies move it a little, either way.
+        // Until a time constant's worth of periods, the mean of them: about 8 at 4 ms and 12 at
+        // 2 ms (the periods end where they end).
         feed(&l, &mut at, 3_000 * MS, 2 * MS, 4);
         let b = l.baseline().unwrap();
-        assert!(b > 3 * MS && b < 4 * MS - MS / 4, "{b:?}");
+        assert!(b > 2 * MS + MS * 6 / 10 && b < 3 * MS, "{b:?}");
         // A minute, all the way.
         feed(&l, &mut at, 60_000 * MS, 2 * MS, 4);
         let b = l.baseline().unwrap();
