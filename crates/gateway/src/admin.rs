@@ -226,8 +226,8 @@ pub(crate) fn spawn_history_retention(
 }
 
 /// The background sweeper: core's one [`idemgate_core::sweep::spawn`], a run now and every
-/// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows and time
-/// and counted in `/metrics`, until `cancel` fires.
+/// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows, time,
+/// backoffs and pauses and counted in `/metrics`, until `cancel` fires.
 pub(crate) fn spawn_sweeper(
     state: &AppState,
     every: Duration,
