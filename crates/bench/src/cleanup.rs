@@ -2,8 +2,10 @@
 //! cleared three ways, each in a fresh schema:
 //!
 //! - one unbounded `DELETE FROM dedup WHERE expires_at < now()` (batched-mode schema);
-//! - idemgate's batched sweeper: one `Sweep::sweep_run` of the `PgStore` with the store's default batch (5000)
-//!   and pause (50 ms), until a batch deletes nothing (batched-mode schema);
+//! - idemgate's batched sweeper: one `Sweep::sweep_run` of the `PgStore` with the store's default
+//!   batch (5000) and pause (50 ms), until a batch comes back short (batched-mode schema), paced
+//!   adaptively (the default: it backs off while the load's claims are slower than their
+//!   baseline) or, as `fixed`, always at that batch and pause;
 //! - partition drop: one `sweep_run` of a partitioned-mode store (default width, one day), whose
 //!   partition maintenance drops every dedup partition whose upper bound has passed.
 //!
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::ValueEnum;
 use idemgate_chart::{Frame, LineChart, LinePanel, Mark, Series, XAxis};
+use idemgate_core::sweep::{Pacing, SweepOptions};
 use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key};
 use idemgate_postgres::{Expiry, PgStore};
 use tokio::task::JoinHandle;
@@ -82,7 +85,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "delete,sweeper,partitions"
+        default_value = "delete,sweeper,fixed,partitions"
     )]
     methods: Vec<Method>,
     /// The batched sweeper's rows per batch (the store's `sweep_batch`).
@@ -100,8 +103,10 @@ pub struct Args {
 pub enum Method {
     /// One unbounded DELETE.
     Delete,
-    /// idemgate's batched sweeper.
+    /// idemgate's batched sweeper, paced adaptively (the store's default).
     Sweeper,
+    /// idemgate's batched sweeper at a fixed pace (`sweep_pacing = "fixed"`).
+    Fixed,
     /// Partition drop.
     Partitions,
 }
@@ -111,6 +116,7 @@ impl Method {
         match self {
             Self::Delete => "delete",
             Self::Sweeper => "sweeper",
+            Self::Fixed => "fixed",
             Self::Partitions => "partitions",
         }
     }
@@ -118,15 +124,21 @@ impl Method {
     fn label(self) -> &'static str {
         match self {
             Self::Delete => "one unbounded DELETE",
-            Self::Sweeper => "batched sweeper",
+            Self::Sweeper => "batched sweeper, adaptive",
+            Self::Fixed => "batched sweeper, fixed",
             Self::Partitions => "partition drop",
         }
+    }
+
+    /// The batched sweepers.
+    fn sweeps(self) -> bool {
+        matches!(self, Self::Sweeper | Self::Fixed)
     }
 
     fn expiry(self, args: &Args) -> Expiry {
         match self {
             Self::Delete => Expiry::batched(),
-            Self::Sweeper => Expiry::Batched {
+            Self::Sweeper | Self::Fixed => Expiry::Batched {
                 batch: NonZeroU32::new(args.sweep_batch).unwrap_or(NonZeroU32::MIN),
                 pause: args.sweep_pause,
             },
@@ -308,7 +320,7 @@ fn verdicts(o: &Outcome) -> Vec<String> {
             o.p99_ratio(),
             o.lowest_share() * 100.0
         )],
-        Method::Sweeper => vec![
+        Method::Sweeper | Method::Fixed => vec![
             format!(
                 "{}: p99 {:.2}x idle; target at most {BATCHED_P99_RATIO}x: {}",
                 o.method.label(),
@@ -525,7 +537,7 @@ async fn load_expired(
 ) -> anyhow::Result<()> {
     // (first expiry as epoch seconds, span in seconds)
     let (from, span): (f64, f64) = match method {
-        Method::Delete | Method::Sweeper => {
+        Method::Delete | Method::Sweeper | Method::Fixed => {
             let now: f64 = admin
                 .query_one("SELECT extract(epoch FROM now())::float8", &[])
                 .await?
@@ -641,9 +653,14 @@ async fn clean(
             phase.finish("");
             Ok(format!("deleted {deleted} rows in one statement"))
         }
-        Method::Sweeper | Method::Partitions => {
-            let progress = (method == Method::Sweeper)
-                .then(|| Progress::counter("cleanup, batched sweeper: deleting", rows, "rows"));
+        Method::Sweeper | Method::Fixed | Method::Partitions => {
+            let progress = method.sweeps().then(|| {
+                Progress::counter(
+                    format!("cleanup, {}: deleting", method.label()),
+                    rows,
+                    "rows",
+                )
+            });
             let phase = (method == Method::Partitions)
                 .then(|| Progress::phase("cleanup, partition drop: running"));
             let mut deleted = 0;
@@ -652,15 +669,21 @@ async fn clean(
                 tokio::time::sleep(d).await;
                 true
             };
-            let report =
-                idemgate_core::Sweep::sweep_run(store, store.sweep_options(), pause, |n| {
-                    deleted += n;
-                    if let Some(p) = &progress {
-                        p.set(deleted);
-                    }
-                })
-                .await
-                .context("the store's sweep run")?;
+            let opts = SweepOptions {
+                pacing: match method {
+                    Method::Fixed => Pacing::Fixed,
+                    _ => Pacing::Adaptive,
+                },
+                ..store.sweep_options()
+            };
+            let report = idemgate_core::Sweep::sweep_run(store, opts, pause, |n| {
+                deleted += n;
+                if let Some(p) = &progress {
+                    p.set(deleted);
+                }
+            })
+            .await
+            .context("the store's sweep run")?;
             if let Some(p) = progress {
                 p.finish("");
             }
@@ -668,12 +691,15 @@ async fn clean(
                 p.finish("");
             }
             Ok(match method {
-                Method::Sweeper => format!(
-                    "deleted {} rows in {} batches of at most {} ({} apart)",
+                Method::Sweeper | Method::Fixed => format!(
+                    "deleted {} rows in {} batches of at most {} ({} apart at the configured pace), {} pacing: {} backoff(s), {:.1} s in pauses",
                     report.rows,
                     report.batches,
                     args.sweep_batch,
-                    humantime::format_duration(args.sweep_pause)
+                    humantime::format_duration(args.sweep_pause),
+                    opts.pacing.name(),
+                    report.backoffs,
+                    report.paused_for.as_secs_f64()
                 ),
                 _ => format!(
                     "dropped {} partition(s) ({}), deleted {} rows",

@@ -213,7 +213,12 @@ pub(crate) async fn sweep(
     let mut done = 0u64;
     let report = store
         .sweep_run(
-            SweepOptions { batch, pause },
+            // Adaptive pacing has no claims to give way to in this process: full speed.
+            SweepOptions {
+                batch,
+                pause,
+                ..SweepOptions::default()
+            },
             idemgate_core::sweep::pause_or_cancel(&cancel),
             |rows| {
                 done += rows;

@@ -226,8 +226,8 @@ pub(crate) fn spawn_history_retention(
 }
 
 /// The background sweeper: core's one [`idemgate_core::sweep::spawn`], a run now and every
-/// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows and time
-/// and counted in `/metrics`, until `cancel` fires.
+/// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows, time,
+/// backoffs and pauses and counted in `/metrics`, until `cancel` fires.
 pub(crate) fn spawn_sweeper(
     state: &AppState,
     every: Duration,
@@ -242,7 +242,9 @@ pub(crate) fn spawn_sweeper(
             match run {
                 Ok(r) => {
                     state.metrics.sweep_run(Some(r.rows));
+                    state.metrics.sweep_backoffs(r.backoffs);
                     let elapsed_ms = r.elapsed.as_millis() as u64;
+                    let paused_ms = r.paused_for.as_millis() as u64;
                     let partitions = r.partitions_created.len() + r.partitions_dropped.len();
                     // A run that found nothing is routine: a line a minute at info would be noise.
                     if r.rows > 0 || partitions > 0 {
@@ -252,6 +254,8 @@ pub(crate) fn spawn_sweeper(
                             batches = r.batches,
                             partitions_created = r.partitions_created.len(),
                             partitions_dropped = r.partitions_dropped.len(),
+                            backoffs = r.backoffs,
+                            paused_ms,
                             elapsed_ms,
                             "sweep run"
                         );

@@ -52,6 +52,7 @@ pub struct Metrics {
     sweeper_runs: Counter,
     sweeper_rows: Counter,
     sweeper_failures: Counter,
+    sweeper_backoffs: Counter,
     connections_open: Gauge,
     connections_refused: Counter,
     dispatch_duration: Family<BySource, Histogram, fn() -> Histogram>,
@@ -86,6 +87,7 @@ impl Default for Metrics {
         let sweeper_runs = Counter::default();
         let sweeper_rows = Counter::default();
         let sweeper_failures = Counter::default();
+        let sweeper_backoffs = Counter::default();
         let connections_open = Gauge::default();
         let connections_refused = Counter::default();
         let dispatch_duration =
@@ -147,6 +149,11 @@ impl Default for Metrics {
             "Sweeper runs that failed",
             sweeper_failures.clone(),
         );
+        registry.register(
+            "idemgate_sweeper_backoffs",
+            "Times the sweeper backed off because claims were slower than their baseline",
+            sweeper_backoffs.clone(),
+        );
         Self {
             registry,
             deliveries,
@@ -155,6 +162,7 @@ impl Default for Metrics {
             sweeper_runs,
             sweeper_rows,
             sweeper_failures,
+            sweeper_backoffs,
             connections_open,
             connections_refused,
             dispatch_duration,
@@ -293,6 +301,11 @@ impl Metrics {
         self.connections_refused.inc();
     }
 
+    /// Counts the times a sweeper run backed off for slow claims.
+    pub fn sweep_backoffs(&self, backoffs: u64) {
+        self.sweeper_backoffs.inc_by(backoffs);
+    }
+
     /// Records one sweeper run: the rows it deleted, or `None` when it failed.
     pub fn sweep_run(&self, rows: Option<u64>) {
         self.sweeper_runs.inc();
@@ -415,6 +428,7 @@ mod tests {
         m.claim_latency(Duration::from_micros(700));
         m.sweep_run(Some(5));
         m.sweep_run(None);
+        m.sweep_backoffs(3);
         let open = m.connection_opened();
         let text = m.render(Scrape {
             inbox: Vec::new(),
@@ -438,6 +452,7 @@ mod tests {
             "idemgate_sweeper_runs_total 2",
             "idemgate_sweeper_rows_total 5",
             "idemgate_sweeper_failures_total 1",
+            "idemgate_sweeper_backoffs_total 3",
             "idemgate_connections_open 1",
             "idemgate_live_rows 7",
             "idemgate_expired_rows 2",

@@ -191,6 +191,24 @@ fn the_sweep_keys_of_store_postgres_apply_to_every_engine() {
     let opts = config.store.sweep_options();
     assert_eq!(opts.batch.get(), 7);
     assert_eq!(opts.pause, Duration::from_secs(1));
+    assert_eq!(opts.pacing, idemgate_core::sweep::Pacing::Adaptive);
+}
+
+#[test]
+fn sweep_pacing_is_adaptive_or_fixed_and_anything_else_is_refused_by_name() {
+    let store = "[store]\nkind = \"sqlite\"\n\n[store.postgres]\n";
+    let config = load(&format!("{STRIPE}\n{store}sweep_pacing = \"fixed\"\n")).unwrap();
+    assert_eq!(
+        config.store.sweep_options().pacing,
+        idemgate_core::sweep::Pacing::Fixed
+    );
+    let err = load(&format!("{STRIPE}\n{store}sweep_pacing = \"gentle\"\n")).unwrap_err();
+    assert!(
+        err.starts_with("store.postgres.sweep_pacing in ")
+            && err.contains("gentle")
+            && err.contains("adaptive"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -119,12 +119,13 @@ impl StoreConfig {
         problems
     }
 
-    /// How each sweep run deletes: `[store.postgres]` sweep_batch and sweep_pause (they apply to
-    /// every engine that deletes in batches).
+    /// How each sweep run deletes: `[store.postgres]` sweep_batch, sweep_pause and sweep_pacing
+    /// (they apply to every engine that deletes in batches).
     pub fn sweep_options(&self) -> SweepOptions {
         SweepOptions {
             batch: self.postgres.sweep_batch,
             pause: self.postgres.sweep_pause,
+            pacing: self.postgres.sweep_pacing,
         }
     }
 }
@@ -171,15 +172,22 @@ pub struct PostgresSweep {
     /// The pause between sweep batches. Default 50 ms.
     #[serde(with = "humantime_serde")]
     pub sweep_pause: Duration,
+    /// `adaptive` (default) or `fixed`.
+    pub sweep_pacing: idemgate_core::sweep::Pacing,
 }
 
 #[cfg(not(feature = "postgres"))]
 impl Default for PostgresSweep {
     fn default() -> Self {
-        let SweepOptions { batch, pause } = SweepOptions::default();
+        let SweepOptions {
+            batch,
+            pause,
+            pacing,
+        } = SweepOptions::default();
         Self {
             sweep_batch: batch,
             sweep_pause: pause,
+            sweep_pacing: pacing,
         }
     }
 }

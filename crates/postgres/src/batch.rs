@@ -45,6 +45,10 @@ pub(crate) trait Job: Send + Sync + 'static {
         db: &Db,
         items: &[Pending<Self>],
     ) -> impl Future<Output = Result<Vec<Self::Answer>, PgError>> + Send;
+
+    /// A batch of `calls` took `took` to send and answer (the sweeper paces itself by the
+    /// claims'; see `idemgate_core::sweep`).
+    fn observe(_db: &Db, _took: Duration, _calls: usize) {}
 }
 
 /// One caller's call, waiting for its batch.
@@ -225,8 +229,16 @@ fn answer<J: Job>(batch: Vec<Pending<J>>, result: Result<Vec<J::Answer>, PgError
     }
 }
 
-/// Sends one batch, again after a deadlock PostgreSQL broke by aborting it.
+/// Sends one batch, again after a deadlock PostgreSQL broke by aborting it, and tells the job
+/// how long it took.
 async fn retried<J: Job>(db: &Db, batch: &[Pending<J>]) -> Result<Vec<J::Answer>, PgError> {
+    let sent = Instant::now();
+    let result = retried_untimed(db, batch).await;
+    J::observe(db, sent.elapsed(), batch.len());
+    result
+}
+
+async fn retried_untimed<J: Job>(db: &Db, batch: &[Pending<J>]) -> Result<Vec<J::Answer>, PgError> {
     let mut tries = 0;
     loop {
         match J::send(db, batch).await {
@@ -248,6 +260,10 @@ impl Job for Claims {
     type Item = Claim;
     type Answer = ClaimOutcome;
     const WHAT: &'static str = "a claim batch";
+
+    fn observe(db: &Db, took: Duration, calls: usize) {
+        db.claim_latency.record(took, calls);
+    }
 
     /// One `claim_batch` call, again after creating a partition it needed. In batched mode a
     /// lone claim first tries `claim_fresh.sql`, a plain statement that claims a key never seen

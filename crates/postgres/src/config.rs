@@ -4,6 +4,7 @@
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
+use idemgate_core::sweep::Pacing;
 use serde::Deserialize;
 
 pub use crate::config_error::ConfigError;
@@ -104,6 +105,9 @@ pub struct PgSettings {
     /// The pause between sweep batches. Default 50 ms.
     #[serde(with = "humantime_serde")]
     pub sweep_pause: Duration,
+    /// `adaptive` (the default): a sweep run backs off (shorter batches, longer pauses) while
+    /// claims are slower than their baseline; `fixed`: always `sweep_batch` and `sweep_pause`.
+    pub sweep_pacing: Pacing,
     /// The width of a dedup partition (`partitioned` expiry); must divide a day evenly. Default
     /// one day.
     #[serde(with = "humantime_serde")]
@@ -122,6 +126,7 @@ impl Default for PgSettings {
             expiry: ExpiryMode::default(),
             sweep_batch: SWEEP_BATCH,
             sweep_pause: SWEEP_PAUSE,
+            sweep_pacing: Pacing::default(),
             partition_width: PARTITION_WIDTH,
             tls: PgTls::default(),
         }
@@ -174,6 +179,9 @@ pub struct PgConfig {
     pub batch_inflight: NonZeroUsize,
     /// How expired dedup records leave.
     pub expiry: Expiry,
+    /// How a batched sweep run paces its batches (see [`idemgate_core::sweep::pace`]). Default
+    /// adaptive.
+    pub sweep_pacing: Pacing,
     /// How long history is kept before its monthly partition is dropped. Default 400 days.
     pub history_retention: Duration,
 }
@@ -195,6 +203,7 @@ impl PgConfig {
             batch_linger: settings.batch_linger,
             batch_inflight: NonZeroUsize::new(2).expect("non-zero"),
             expiry: settings.expiry(),
+            sweep_pacing: settings.sweep_pacing,
             history_retention: Duration::from_secs(400 * 86_400),
         }
     }
@@ -414,6 +423,7 @@ mod tests {
         assert_eq!(s.batch_max.get(), 256);
         assert_eq!(s.batch_linger, Duration::from_micros(200));
         assert_eq!(s.expiry(), Expiry::batched());
+        assert_eq!(s.sweep_pacing, Pacing::Adaptive);
     }
 
     #[test]
@@ -421,7 +431,7 @@ mod tests {
         let s = settings(
             r#"{"schema": "s", "batch_max": 8, "batch_linger": "1ms", "pool_size": 3,
                 "expiry": "partitioned", "sweep_batch": 10, "sweep_pause": "2s",
-                "partition_width": "6h",
+                "sweep_pacing": "fixed", "partition_width": "6h",
                 "tls": {"sslmode": "verify-full", "ca_file": "/ca.pem",
                         "client_cert": "/c.pem", "client_key": "/k.pem"}}"#,
         )
@@ -441,6 +451,7 @@ mod tests {
         assert_eq!(cfg.batch_max.get(), 8);
         assert_eq!(cfg.batch_linger, Duration::from_millis(1));
         assert_eq!(cfg.pool_size.get(), 3);
+        assert_eq!(cfg.sweep_pacing, Pacing::Fixed);
         assert_eq!(
             cfg.expiry,
             Expiry::Partitioned {
@@ -472,6 +483,11 @@ mod tests {
         assert!(err.to_string().contains("soon"), "{err}");
         let err = settings(r#"{"expiry": "never"}"#).unwrap_err();
         assert!(err.to_string().contains("never"), "{err}");
+        let err = settings(r#"{"sweep_pacing": "gentle"}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("gentle") && err.to_string().contains("adaptive"),
+            "{err}"
+        );
     }
 
     #[test]

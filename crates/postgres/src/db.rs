@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use deadpool_postgres::PoolError;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use idemgate_core::sweep::ClaimLatency;
 
 use crate::config::{Expiry, PgConfig};
 use crate::error::PgError;
@@ -54,6 +55,8 @@ pub(crate) struct Db {
     pub(crate) cfg: Arc<PgConfig>,
     /// The longest TTL claimed so far (ms): how far ahead dedup partitions must reach.
     pub(crate) max_ttl_ms: Arc<AtomicU64>,
+    /// Each claim batch's round trip, recorded by the batcher, which the sweeper paces itself by.
+    pub(crate) claim_latency: Arc<ClaimLatency>,
 }
 
 impl Db {
@@ -83,6 +86,7 @@ impl Db {
             pool,
             cfg: Arc::new(cfg),
             max_ttl_ms: Arc::new(AtomicU64::new(0)),
+            claim_latency: Arc::default(),
         }
     }
 

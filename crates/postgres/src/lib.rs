@@ -25,7 +25,7 @@
 //!   `FOR UPDATE SKIP LOCKED`, reports fenced by the item's attempt, dead letters, replay, purge
 //!   and queue stats.
 //! - `batch`: the group-commit batcher: concurrent claims go to PostgreSQL as one `claim_batch`
-//!   call over arrays.
+//!   call over arrays; each batch's round trip is recorded for the sweeper's pacing.
 //! - `db`: the pool and configuration the store and its batcher share, and the partitions rows
 //!   need (created ahead, dropped past their time).
 //! - `row`: rows read by column name into core's types (a column missing or mistyped is a
@@ -35,7 +35,8 @@
 //! `row`; `batch` on `db` and `row`; `db` on `row`; `sweeper` on `store`. None imports a module
 //! that imports it back.
 //! - [`sweeper`]: partition maintenance and the sweep run ([`idemgate_core::Sweep::sweep_run`],
-//!   overridden to maintain partitions first); the background sweeper is core's.
+//!   overridden to maintain partitions first), paced by the claim batches' round trips
+//!   ([`PgConfig::sweep_pacing`]); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
 //! The SQL lives in `sql/`: `migrations/0001_init.sql`, `0002_holders.sql`, `0003_inbox.sql` and

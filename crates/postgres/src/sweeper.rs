@@ -3,7 +3,10 @@
 //! A sweep run ([`Sweep::sweep_run`], overridden here) first maintains partitions (history months
 //! created ahead and dropped past the retention; in partitioned mode dedup partitions created
 //! ahead and dropped once their upper bound has passed), then, in batched mode, deletes expired
-//! dedup rows in bounded batches with a pause between them until a batch comes back short.
+//! dedup rows in bounded batches with a pause between them until a batch comes back short,
+//! paced by the claims' latency ([`PgConfig::sweep_pacing`](crate::PgConfig::sweep_pacing),
+//! adaptive by default): the group-commit batcher records each claim batch's round trip, and
+//! core's [`sweep::pace`] backs a run off while those are slower than their baseline.
 //! Partitioned mode deletes no rows: expired rows count as absent and leave with their
 //! partition. The background sweeper is core's one [`idemgate_core::sweep::spawn`]; several
 //! gateways on one schema serialize partition DDL on an advisory lock.
@@ -12,7 +15,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use idemgate_core::sweep::{self, SweepOptions, SweepReport};
+use idemgate_core::sweep::{self, ClaimLatency, SweepOptions, SweepReport};
 use idemgate_core::{StoreError, Sweep};
 
 use crate::config::Expiry;
@@ -45,11 +48,16 @@ impl PgStore {
 }
 
 impl PgStore {
-    /// The batch and pause this store's configuration sweeps with ([`Expiry::Batched`]; the
-    /// defaults in partitioned mode, which deletes no rows).
+    /// The batch, pause and pacing this store's configuration sweeps with ([`Expiry::Batched`]
+    /// and [`PgConfig::sweep_pacing`](crate::PgConfig::sweep_pacing); the defaults in partitioned
+    /// mode, which deletes no rows).
     pub fn sweep_options(&self) -> SweepOptions {
         match self.config().expiry {
-            Expiry::Batched { batch, pause } => SweepOptions { batch, pause },
+            Expiry::Batched { batch, pause } => SweepOptions {
+                batch,
+                pause,
+                pacing: self.config().sweep_pacing,
+            },
             Expiry::Partitioned { .. } => SweepOptions::default(),
         }
     }
@@ -104,5 +112,10 @@ impl Sweep for PgStore {
         report.partitions_dropped = partitions.dropped;
         report.elapsed = started.elapsed();
         Ok(report)
+    }
+
+    /// The round trips of this store's claim batches (the batcher records each).
+    fn claim_latency(&self) -> Option<&ClaimLatency> {
+        Some(&self.db().claim_latency)
     }
 }

@@ -589,6 +589,7 @@ async fn a_batched_sweep_run_stops_at_a_short_batch() {
             SweepOptions {
                 batch: NonZeroU32::new(3).unwrap(),
                 pause: Duration::from_millis(5),
+                pacing: idemgate_core::sweep::Pacing::Fixed,
             },
             idemgate_core::sweep::pause_or_cancel(&CancellationToken::new()),
             |n| batches.push(n),

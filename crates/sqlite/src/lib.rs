@@ -102,6 +102,9 @@ struct Inner {
     /// Bounds the commands waiting for the writer (backpressure).
     permits: Semaphore,
     counters: Arc<writer::Counters>,
+    /// Each claim's time from its caller's side (queue, writer transaction, answer), which the
+    /// sweeper paces itself by: a sweep batch delays the claims queued behind it.
+    claim_latency: idemgate_core::sweep::ClaimLatency,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
@@ -200,6 +203,7 @@ impl SqliteStore {
                 commands,
                 permits: Semaphore::new(batch_max * 4),
                 counters,
+                claim_latency: Default::default(),
                 readers: Mutex::default(),
                 path,
                 clock: opts.clock,
@@ -390,7 +394,10 @@ fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>>
 impl ClaimStore for SqliteStore {
     #[tracing::instrument(name = "sqlite_claim", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.send(|reply| Command::Claim(req, reply)).await
+        let sent = std::time::Instant::now();
+        let outcome = self.send(|reply| Command::Claim(req, reply)).await;
+        self.inner.claim_latency.record(sent.elapsed(), 1);
+        outcome
     }
 
     #[tracing::instrument(name = "sqlite_complete", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id))]
@@ -466,6 +473,12 @@ impl Sweep for SqliteStore {
     #[tracing::instrument(name = "sqlite_sweep", level = "debug", skip(self))]
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
         self.send(|reply| Command::Sweep(batch, reply)).await
+    }
+
+    /// Each claim's time as its caller saw it (the writer's own transaction times would miss
+    /// the wait in its queue, which is where a sweep batch delays claims).
+    fn claim_latency(&self) -> Option<&idemgate_core::sweep::ClaimLatency> {
+        Some(&self.inner.claim_latency)
     }
 }
 
