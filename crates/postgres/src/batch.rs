@@ -7,9 +7,9 @@
 //! it, and, under load (it had to wait for a free slot, or another batch is still in flight),
 //! lingers up to `batch_linger` for more, until it holds as many as recent batches did (at most
 //! `batch_max` in all). At most `batch_inflight` batches run at once, so under load the
-//! queue fills while the database works and each commit carries many calls. A call that finds
-//! nothing queued and a slot free is a batch of its own, sent at once from the caller's task:
-//! a single caller pays no linger and no hop through the batcher task.
+//! queue fills while the database works and each commit carries many calls. On an idle store
+//! (nothing queued, nothing in flight) a call is a batch of its own, sent at once from the
+//! caller's task: a single caller pays no linger and no hop through the batcher task.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -102,13 +102,15 @@ impl<J: Job> Batcher<J> {
         }
     }
 
-    /// One call, answered once its batch committed. With nothing queued and a slot free, the
-    /// call is a batch of its own, sent from the caller's task: a lone caller pays no hop
-    /// through the batcher task.
+    /// One call, answered once its batch committed. On an idle store (nothing queued, no batch
+    /// in flight) the call is a batch of its own, sent from the caller's task: a lone caller pays
+    /// no hop through the batcher task. Under load every call goes through the batcher, so that
+    /// no slot is spent on a batch of one while others queue.
     pub(crate) async fn call(&self, item: J::Item) -> Result<J::Answer, StoreError> {
         let (reply, answered) = oneshot::channel();
         let pending = Pending { item, reply };
         if self.queue.capacity() == self.queue.max_capacity()
+            && self.inflight.available_permits() == self.db.cfg.batch_inflight.get()
             && let Ok(permit) = self.inflight.clone().try_acquire_owned()
         {
             let batch = vec![pending];

@@ -60,6 +60,9 @@ use crate::outcome::Outcome;
 pub const ADVICE_PERIOD: Duration = Duration::from_secs(30 * 86_400);
 /// How long the advisor's figures are served before they are computed again.
 const ADVICE_FRESH: Duration = Duration::from_secs(60);
+/// How long a page waits for the advisor's first figures before it is sent without them (they
+/// read 30 days of history: on a long one that takes seconds, and the page must not).
+const ADVICE_WAIT: Duration = Duration::from_millis(100);
 /// Sweeper runs remembered.
 const SWEEPS_KEPT: usize = 10;
 
@@ -76,6 +79,10 @@ pub(crate) struct Dashboard {
     advice: Mutex<Option<Arc<Advised>>>,
     /// Whether a background refresh of `advice` is running.
     refreshing: Arc<AtomicBool>,
+    /// Told when a refresh of `advice` ended, well or not.
+    refreshed: tokio::sync::Notify,
+    /// Why the last refresh failed, when it did and no figures are cached.
+    advice_error: Mutex<Option<String>>,
     /// Each source's deliveries over time as last counted, by source and bucket width.
     timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
 }
@@ -88,6 +95,8 @@ impl Dashboard {
             sweeps: Mutex::default(),
             advice: Mutex::default(),
             refreshing: Arc::default(),
+            refreshed: tokio::sync::Notify::new(),
+            advice_error: Mutex::default(),
             timelines: Mutex::default(),
         }
     }
@@ -173,48 +182,71 @@ async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
     })
 }
 
-/// The advisor's figures: the cached ones while fresh; computed now when there are none; the
-/// cached ones, with a refresh started behind them, when they are stale.
-async fn advised(state: &AppState) -> Result<Arc<Advised>, StoreError> {
-    let cached = state
-        .dashboard
-        .advice
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    match cached {
-        Some(a) if a.at.elapsed() < ADVICE_FRESH => Ok(a),
-        Some(stale) => {
-            if !state.dashboard.refreshing.swap(true, Ordering::AcqRel) {
-                let state = state.clone();
-                tokio::spawn(async move {
-                    match advise_all(&state).await {
-                        Ok(a) => {
-                            *state
-                                .dashboard
-                                .advice
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(a));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %ErrorChain(&e), "dashboard: cannot read history for the advisor");
-                        }
-                    }
-                    state.dashboard.refreshing.store(false, Ordering::Release);
-                });
+/// The advisor's figures: the cached ones, with a refresh started behind them when they are
+/// stale. With none cached yet, a refresh is started and waited for up to [`ADVICE_WAIT`]:
+/// `Ok(None)` when it is still running (the page says so; the next view has them).
+///
+/// # Errors
+/// Why the history could not be read, when no figures are cached.
+async fn advised(state: &AppState) -> Result<Option<Arc<Advised>>, String> {
+    let dash = &state.dashboard;
+    let cached = || {
+        dash.advice
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    };
+    match cached() {
+        Some(a) => {
+            if a.at.elapsed() >= ADVICE_FRESH {
+                refresh_advice(state);
             }
-            Ok(stale)
+            Ok(Some(a))
         }
         None => {
-            let a = Arc::new(advise_all(state).await?);
-            *state
-                .dashboard
-                .advice
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(a.clone());
-            Ok(a)
+            let ended = dash.refreshed.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            refresh_advice(state);
+            let _ = tokio::time::timeout(ADVICE_WAIT, ended).await;
+            match cached() {
+                Some(a) => Ok(Some(a)),
+                None => match dash
+                    .advice_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+                {
+                    Some(why) if !dash.refreshing.load(Ordering::Acquire) => Err(why),
+                    _ => Ok(None),
+                },
+            }
         }
     }
+}
+
+/// Computes the advisor's figures in the background, unless that is running already.
+fn refresh_advice(state: &AppState) {
+    if state.dashboard.refreshing.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        let dash = &state.dashboard;
+        match advise_all(&state).await {
+            Ok(a) => {
+                *dash.advice.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(a));
+                *dash.advice_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            Err(e) => {
+                let why = ErrorChain(&e).to_string();
+                tracing::warn!(error = %why, "dashboard: cannot read history for the advisor");
+                *dash.advice_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+            }
+        }
+        dash.refreshing.store(false, Ordering::Release);
+        dash.refreshed.notify_waiters();
+    });
 }
 
 /// One source's counters in `/metrics`: `idemgate_deliveries` by outcome and
@@ -232,8 +264,9 @@ struct Overview {
     engine: &'static str,
     health: Vec<Health>,
     stats: Option<Arc<StoreStats>>,
-    /// The advisor's figures and their age; the error when history could not be read.
-    advised: Result<Arc<Advised>, String>,
+    /// The advisor's figures and their age (none while the first are being computed); the error
+    /// when history could not be read.
+    advised: Result<Option<Arc<Advised>>, String>,
     /// By source name, as `advised`.
     deliveries: Vec<(SourceName, Result<Deliveries, String>)>,
     inbox: Vec<InboxStats>,
@@ -283,11 +316,14 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     let ping = state.store.ping().await;
     let ping_ms = started.elapsed();
     let tier_ping = state.store.ping_tier().await;
-    let stats = state.store_stats().await;
-    let inbox = state.inbox_stats().await;
+    // The advisor's first figures are waited for beside the counts, not after them.
+    let (stats, inbox, advised) = tokio::join!(
+        state.store_stats(),
+        state.inbox_stats(),
+        advised(state)
+    );
     let tier = state.tier_counts();
     let sweeps = state.dashboard.sweeps();
-    let advised = advised(state).await.map_err(|e| ErrorChain(&e).to_string());
     let mut names: Vec<&SourceName> = state.sources.values().map(|s| &s.name).collect();
     names.sort();
     let mut deliveries = Vec::new();

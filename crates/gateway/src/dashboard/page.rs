@@ -71,7 +71,15 @@ pub(crate) fn render(o: &Overview, state: &AppState) -> String {
     b.push_str("</ul>\n");
     tier_and_sweeps(&mut b, o, state);
     let advised = match &o.advised {
-        Ok(a) => Some(a.as_ref()),
+        Ok(Some(a)) => Some(a.as_ref()),
+        Ok(None) => {
+            let _ = writeln!(
+                b,
+                "<p class=\"muted\" data-advice-pending>The advisor's figures over the last {} are being computed from history; they appear on the next reload.</p>",
+                human(ADVICE_PERIOD)
+            );
+            None
+        }
         Err(e) => {
             let _ = writeln!(
                 b,
