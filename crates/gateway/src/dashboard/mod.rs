@@ -317,11 +317,8 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     let ping_ms = started.elapsed();
     let tier_ping = state.store.ping_tier().await;
     // The advisor's first figures are waited for beside the counts, not after them.
-    let (stats, inbox, advised) = tokio::join!(
-        state.store_stats(),
-        state.inbox_stats(),
-        advised(state)
-    );
+    let (stats, inbox, advised) =
+        tokio::join!(state.store_stats(), state.inbox_stats(), advised(state));
     let tier = state.tier_counts();
     let sweeps = state.dashboard.sweeps();
     let mut names: Vec<&SourceName> = state.sources.values().map(|s| &s.name).collect();
