@@ -100,7 +100,7 @@ pub struct Inner {
     /// seconds (it costs a scan): both show the same figures.
     stats: Mutex<Option<(Instant, Arc<StoreStats>)>>,
     /// `/dashboard`: who may open it, the sweeper's last runs, the advisor's cached figures.
-    pub(crate) dashboard: crate::dashboard::Dashboard,
+    pub(crate) dashboard: crate::dashboard::kept::Dashboard,
     /// This process's instance and boot, recorded with the claims and queue items it holds.
     pub(crate) holder: Option<Holder>,
     /// Wakes the inbox dispatchers when a delivery was queued.
@@ -194,7 +194,7 @@ impl AppState {
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             stats: Mutex::default(),
-            dashboard: crate::dashboard::Dashboard::new(config),
+            dashboard: crate::dashboard::kept::Dashboard::new(config),
         }))
     }
 

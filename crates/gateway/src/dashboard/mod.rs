@@ -29,30 +29,30 @@ mod charts;
 mod event;
 mod health;
 mod html;
+pub(crate) mod kept;
 mod page;
 mod timeline;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemgate_core::advise::{self, Advice, Observation};
+use idemgate_core::advise::{self, Observation};
 use idemgate_core::inbox::InboxStats;
 use idemgate_core::store::{ClaimStore, HistoryQuery};
-use idemgate_core::sweep::SweepReport;
-use idemgate_core::{EventId, Key, SourceName, StoreError, StoreStats, TimelineCounts};
+use idemgate_core::{EventId, Key, SourceName, StoreError, StoreStats};
 
 pub use charts::gap_panel;
+use kept::{Advised, SweepRun};
 
 use health::{Health, Light, inbox_health, store_health, sweeper_health, tier_health};
 use timeline::Deliveries;
 
 use crate::AppState;
-use crate::config::{Config, Mode};
+use crate::config::Mode;
 use crate::error::{AppError, ErrorChain};
 use crate::outcome::Outcome;
 
@@ -63,95 +63,6 @@ const ADVICE_FRESH: Duration = Duration::from_secs(60);
 /// How long a page waits for the advisor's first figures before it is sent without them (they
 /// read 30 days of history: on a long one that takes seconds, and the page must not).
 const ADVICE_WAIT: Duration = Duration::from_millis(100);
-/// Sweeper runs remembered.
-const SWEEPS_KEPT: usize = 10;
-
-/// The dashboard's share of the gateway's state.
-#[derive(Debug)]
-pub(crate) struct Dashboard {
-    /// `dashboard_token`: with it, any peer presenting it may open the dashboard.
-    token: Option<String>,
-    /// `store.sweep_interval`: a sweeper silent for much longer is a warning.
-    sweep_interval: Duration,
-    /// The last runs of the background sweeper, newest first.
-    sweeps: Mutex<VecDeque<SweepRun>>,
-    /// The advisor's figures, as last computed.
-    advice: Mutex<Option<Arc<Advised>>>,
-    /// Whether a background refresh of `advice` is running.
-    refreshing: Arc<AtomicBool>,
-    /// Told when a refresh of `advice` ended, well or not.
-    refreshed: tokio::sync::Notify,
-    /// Why the last refresh failed, when it did and no figures are cached.
-    advice_error: Mutex<Option<String>>,
-    /// Each source's deliveries over time as last counted, by source and bucket width.
-    timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
-}
-
-impl Dashboard {
-    pub(crate) fn new(config: &Config) -> Self {
-        Self {
-            token: config.dashboard_token.clone(),
-            sweep_interval: config.store.sweep_interval,
-            sweeps: Mutex::default(),
-            advice: Mutex::default(),
-            refreshing: Arc::default(),
-            refreshed: tokio::sync::Notify::new(),
-            advice_error: Mutex::default(),
-            timelines: Mutex::default(),
-        }
-    }
-
-    /// Remembers one run of the background sweeper.
-    pub(crate) fn sweep_run(&self, run: &Result<SweepReport, StoreError>) {
-        let entry = match run {
-            Ok(r) => SweepRun {
-                at: Instant::now(),
-                rows: r.rows,
-                batches: r.batches,
-                elapsed: r.elapsed,
-                partitions: r.partitions_created.len() + r.partitions_dropped.len(),
-                error: None,
-            },
-            Err(e) => SweepRun {
-                at: Instant::now(),
-                rows: 0,
-                batches: 0,
-                elapsed: Duration::ZERO,
-                partitions: 0,
-                error: Some(ErrorChain(e).to_string()),
-            },
-        };
-        let mut sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
-        sweeps.push_front(entry);
-        sweeps.truncate(SWEEPS_KEPT);
-    }
-
-    fn sweeps(&self) -> Vec<SweepRun> {
-        let sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
-        sweeps.iter().cloned().collect()
-    }
-}
-
-/// One run of the background sweeper, as the dashboard lists it.
-#[derive(Debug, Clone)]
-struct SweepRun {
-    /// When it ended, by this process's monotonic clock (shown as an age).
-    at: Instant,
-    rows: u64,
-    batches: u64,
-    elapsed: Duration,
-    /// Partitions created and dropped (PostgreSQL's partitioned mode).
-    partitions: usize,
-    error: Option<String>,
-}
-
-/// The advisor's figures for every configured source, by name.
-#[derive(Debug)]
-struct Advised {
-    at: Instant,
-    sources: Vec<(Advice, Vec<Duration>)>,
-}
-
 /// Each configured source's advice over [`ADVICE_PERIOD`], as `idemgate advise` computes it:
 /// the history's observation, the live rows from `stats`, the source's contract and TTL.
 async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {

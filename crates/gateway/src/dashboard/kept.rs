@@ -1,0 +1,104 @@
+//! What the dashboard keeps between pages, as part of the gateway's state: who may open it, the
+//! sweeper's last runs, the advisor's cached figures, the last counts of deliveries over time.
+//! Nothing here reads the rest of the state, which holds it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idemgate_core::advise::Advice;
+use idemgate_core::sweep::SweepReport;
+use idemgate_core::{SourceName, StoreError, TimelineCounts};
+
+use crate::config::Config;
+use crate::error::ErrorChain;
+
+/// Sweeper runs remembered.
+const SWEEPS_KEPT: usize = 10;
+
+/// The dashboard's share of the gateway's state.
+#[derive(Debug)]
+pub(crate) struct Dashboard {
+    /// `dashboard_token`: with it, any peer presenting it may open the dashboard.
+    pub(super) token: Option<String>,
+    /// `store.sweep_interval`: a sweeper silent for much longer is a warning.
+    pub(super) sweep_interval: Duration,
+    /// The last runs of the background sweeper, newest first.
+    pub(super) sweeps: Mutex<VecDeque<SweepRun>>,
+    /// The advisor's figures, as last computed.
+    pub(super) advice: Mutex<Option<Arc<Advised>>>,
+    /// Whether a background refresh of `advice` is running.
+    pub(super) refreshing: Arc<AtomicBool>,
+    /// Told when a refresh of `advice` ended, well or not.
+    pub(super) refreshed: tokio::sync::Notify,
+    /// Why the last refresh failed, when it did and no figures are cached.
+    pub(super) advice_error: Mutex<Option<String>>,
+    /// Each source's deliveries over time as last counted, by source and bucket width.
+    pub(super) timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
+}
+
+impl Dashboard {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            token: config.dashboard_token.clone(),
+            sweep_interval: config.store.sweep_interval,
+            sweeps: Mutex::default(),
+            advice: Mutex::default(),
+            refreshing: Arc::default(),
+            refreshed: tokio::sync::Notify::new(),
+            advice_error: Mutex::default(),
+            timelines: Mutex::default(),
+        }
+    }
+
+    /// Remembers one run of the background sweeper.
+    pub(crate) fn sweep_run(&self, run: &Result<SweepReport, StoreError>) {
+        let entry = match run {
+            Ok(r) => SweepRun {
+                at: Instant::now(),
+                rows: r.rows,
+                batches: r.batches,
+                elapsed: r.elapsed,
+                partitions: r.partitions_created.len() + r.partitions_dropped.len(),
+                error: None,
+            },
+            Err(e) => SweepRun {
+                at: Instant::now(),
+                rows: 0,
+                batches: 0,
+                elapsed: Duration::ZERO,
+                partitions: 0,
+                error: Some(ErrorChain(e).to_string()),
+            },
+        };
+        let mut sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        sweeps.push_front(entry);
+        sweeps.truncate(SWEEPS_KEPT);
+    }
+
+    pub(super) fn sweeps(&self) -> Vec<SweepRun> {
+        let sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        sweeps.iter().cloned().collect()
+    }
+}
+
+/// One run of the background sweeper, as the dashboard lists it.
+#[derive(Debug, Clone)]
+pub(super) struct SweepRun {
+    /// When it ended, by this process's monotonic clock (shown as an age).
+    pub(super) at: Instant,
+    pub(super) rows: u64,
+    pub(super) batches: u64,
+    pub(super) elapsed: Duration,
+    /// Partitions created and dropped (PostgreSQL's partitioned mode).
+    pub(super) partitions: usize,
+    pub(super) error: Option<String>,
+}
+
+/// The advisor's figures for every configured source, by name.
+#[derive(Debug)]
+pub(super) struct Advised {
+    pub(super) at: Instant,
+    pub(super) sources: Vec<(Advice, Vec<Duration>)>,
+}
