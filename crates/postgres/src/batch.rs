@@ -362,24 +362,40 @@ async fn finish_once(db: &Db, batch: &[Pending<Finishes>]) -> Result<Vec<bool>, 
         )
         .await
         .map_err(PgError::db(CONTEXT))?;
-    let mut held: Vec<Option<bool>> = vec![None; n];
-    for row in &rows {
-        let idx: i32 = row::get(row, "r_idx", CONTEXT)?;
+    by_element(&rows, n, CONTEXT, "completions and releases", |_, row| {
+        row::get(row, "r_held", CONTEXT)
+    })
+}
+
+/// A batch's rows put in the order of its elements (`r_idx`, 1-based): one answer each, read by
+/// `answer(element, row)`; an index out of range, or an element without its row, is
+/// [`PgError::Unexpected`].
+fn by_element<T: Clone>(
+    rows: &[tokio_postgres::Row],
+    n: usize,
+    context: &'static str,
+    what: &str,
+    answer: impl Fn(usize, &tokio_postgres::Row) -> Result<T, PgError>,
+) -> Result<Vec<T>, PgError> {
+    let mut answers: Vec<Option<T>> = vec![None; n];
+    for row in rows {
+        let idx: i32 = row::get(row, "r_idx", context)?;
         let slot = usize::try_from(idx)
             .ok()
             .and_then(|i| i.checked_sub(1))
             .filter(|&i| i < n)
             .ok_or_else(|| PgError::Unexpected {
-                context: CONTEXT,
+                context,
                 what: format!("answer for element {idx} of {n}"),
             })?;
-        held[slot] = Some(row::get(row, "r_held", CONTEXT)?);
+        answers[slot] = Some(answer(slot, row)?);
     }
-    held.into_iter()
+    answers
+        .into_iter()
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| PgError::Unexpected {
-            context: CONTEXT,
-            what: format!("{} answers for {n} completions and releases", rows.len()),
+            context,
+            what: format!("{} answers for {n} {what}", rows.len()),
         })
 }
 
@@ -435,24 +451,7 @@ async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutco
         )
         .await
         .map_err(PgError::db(CONTEXT))?;
-    let mut outcomes: Vec<Option<ClaimOutcome>> = vec![None; n];
-    for row in &rows {
-        let idx: i32 = row::get(row, "r_idx", CONTEXT)?;
-        let slot = usize::try_from(idx)
-            .ok()
-            .and_then(|i| i.checked_sub(1))
-            .filter(|&i| i < n)
-            .ok_or_else(|| PgError::Unexpected {
-                context: CONTEXT,
-                what: format!("answer for element {idx} of {n}"),
-            })?;
-        outcomes[slot] = Some(outcome_of(&batch[slot].item.req.key, row)?);
-    }
-    outcomes
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| PgError::Unexpected {
-            context: CONTEXT,
-            what: format!("{} answers for {n} claims", rows.len()),
-        })
+    by_element(&rows, n, CONTEXT, "claims", |slot, row| {
+        outcome_of(&batch[slot].item.req.key, row)
+    })
 }
