@@ -2,7 +2,7 @@
 //! sweeper's last runs, the advisor's cached figures, the last counts of deliveries over time.
 //! Nothing here reads the rest of the state, which holds it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +36,14 @@ pub(crate) struct Dashboard {
     pub(super) advice_error: Mutex<Option<String>>,
     /// Each source's deliveries over time as last counted, by source and bucket width.
     pub(super) timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
+    /// Sources whose first count of deliveries over time runs behind the pages.
+    pub(super) counting: Mutex<HashSet<SourceName>>,
+    /// Told when a first count ended, well or not.
+    pub(super) counted: tokio::sync::Notify,
+    /// Why a source's last first count failed, until one succeeds.
+    pub(super) count_errors: Mutex<HashMap<SourceName, String>>,
+    /// Sources on a store that keeps no timeline (the Redis store): asked once.
+    pub(super) no_timeline: Mutex<HashSet<SourceName>>,
 }
 
 impl Dashboard {
@@ -49,6 +57,10 @@ impl Dashboard {
             refreshed: tokio::sync::Notify::new(),
             advice_error: Mutex::default(),
             timelines: Mutex::default(),
+            counting: Mutex::default(),
+            counted: tokio::sync::Notify::new(),
+            count_errors: Mutex::default(),
+            no_timeline: Mutex::default(),
         }
     }
 

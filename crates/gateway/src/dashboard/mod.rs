@@ -178,8 +178,8 @@ struct Overview {
     /// The advisor's figures and their age (none while the first are being computed); the error
     /// when history could not be read.
     advised: Result<Option<Arc<Advised>>, String>,
-    /// By source name, as `advised`.
-    deliveries: Vec<(SourceName, Result<Deliveries, String>)>,
+    /// By source name, as `advised` (none while the first count runs).
+    deliveries: Vec<(SourceName, Result<Option<Deliveries>, String>)>,
     inbox: Vec<InboxStats>,
     sweeps: Vec<SweepRun>,
     /// `/metrics`' counters, per source.
@@ -224,6 +224,12 @@ impl PageQuery {
 
 async fn gather(state: &AppState, refresh: bool) -> Overview {
     let started = Instant::now();
+    // Every first count starts now, to run beside the rest; the page waits for them (and for
+    // the advisor's first figures) until the same deadline.
+    let deadline = tokio::time::Instant::now() + ADVICE_WAIT;
+    for src in state.sources.values() {
+        timeline::start(state, &src.name);
+    }
     let ping = state.store.ping().await;
     let ping_ms = started.elapsed();
     let tier_ping = state.store.ping_tier().await;
@@ -237,7 +243,10 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     let mut deliveries = Vec::new();
     let mut counters = Vec::new();
     for name in names {
-        deliveries.push((name.clone(), timeline::timeline(state, name).await));
+        deliveries.push((
+            name.clone(),
+            timeline::timeline(state, name, deadline).await,
+        ));
         counters.push(Counters {
             source: name.clone(),
             deliveries: state.metrics.delivery_counts(name.as_str()),

@@ -151,7 +151,7 @@ fn source_section(
     o: &Overview,
     state: &AppState,
     name: &str,
-    deliveries: &Result<Deliveries, String>,
+    deliveries: &Result<Option<Deliveries>, String>,
     advised: Option<&Advised>,
 ) {
     let Some(src) = state.sources.get(name) else {
@@ -191,10 +191,13 @@ fn source_section(
                 esc(e)
             );
         }
-        Ok(Deliveries {
+        Ok(None) => {
+            b.push_str("<div class=\"card full\"><p class=\"muted\" data-deliveries-pending>Deliveries over time are being counted from history; they appear on the next reload.</p></div>\n");
+        }
+        Ok(Some(Deliveries {
             hour: Some(hour),
             day: Some(day),
-        }) => {
+        })) => {
             for (what, title, t) in [
                 ("hour", "Deliveries by outcome, last hour", hour),
                 ("day", "Deliveries by outcome, last day", day),

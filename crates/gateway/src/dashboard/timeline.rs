@@ -15,9 +15,90 @@ pub(super) struct Deliveries {
     pub(super) day: Option<TimelineCounts>,
 }
 
-pub(super) async fn timeline(state: &AppState, source: &SourceName) -> Result<Deliveries, String> {
-    const MINUTE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
-    const HALF_HOUR: NonZeroU32 = NonZeroU32::new(1_800).expect("non-zero");
+/// The bucket widths and counts: the last hour by minute, the last day by half hour.
+const MINUTE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
+const HALF_HOUR: NonZeroU32 = NonZeroU32::new(1_800).expect("non-zero");
+
+/// `source`'s deliveries over time for a page: counted again from the last buckets when a count
+/// is kept; otherwise its first count (the whole hour and day: on a long history that takes a
+/// while) runs behind the page, which waits for it until `deadline` and then goes without it
+/// (`Ok(None)`: the page says the counts are coming).
+///
+/// # Errors
+/// Why the store could not count, in words.
+pub(super) async fn timeline(
+    state: &AppState,
+    source: &SourceName,
+    deadline: tokio::time::Instant,
+) -> Result<Option<Deliveries>, String> {
+    let dash = &state.dashboard;
+    start(state, source);
+    loop {
+        let ended = dash.counted.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if has_counts(state, source) {
+            return read(state, source).await.map(Some);
+        }
+        if lock(&dash.no_timeline).contains(source) {
+            return Ok(Some(Deliveries {
+                hour: None,
+                day: None,
+            }));
+        }
+        if !lock(&dash.counting).contains(source)
+            && let Some(why) = lock(&dash.count_errors).get(source).cloned()
+        {
+            return Err(why);
+        }
+        if tokio::time::timeout_at(deadline, ended).await.is_err() {
+            return Ok(None);
+        }
+    }
+}
+
+/// Starts `source`'s first count behind the pages, unless a count is kept or one is running.
+pub(super) fn start(state: &AppState, source: &SourceName) {
+    let dash = &state.dashboard;
+    if has_counts(state, source)
+        || lock(&dash.no_timeline).contains(source)
+        || !lock(&dash.counting).insert(source.clone())
+    {
+        return;
+    }
+    let (state, source) = (state.clone(), source.clone());
+    tokio::spawn(async move {
+        let dash = &state.dashboard;
+        match read(&state, &source).await {
+            Ok(d) => {
+                if d.hour.is_none() && d.day.is_none() {
+                    lock(&dash.no_timeline).insert(source.clone());
+                }
+                lock(&dash.count_errors).remove(&source);
+            }
+            Err(why) => {
+                lock(&dash.count_errors).insert(source.clone(), why);
+            }
+        }
+        lock(&dash.counting).remove(&source);
+        dash.counted.notify_waiters();
+    });
+}
+
+/// Whether both of `source`'s counts are kept.
+fn has_counts(state: &AppState, source: &SourceName) -> bool {
+    let kept = lock(&state.dashboard.timelines);
+    [MINUTE, HALF_HOUR]
+        .iter()
+        .all(|w| kept.contains_key(&(source.clone(), w.get())))
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Both of `source`'s counts, from the store.
+async fn read(state: &AppState, source: &SourceName) -> Result<Deliveries, String> {
     const HOUR_BUCKETS: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
     const DAY_BUCKETS: NonZeroU32 = NonZeroU32::new(48).expect("non-zero");
     let read = async {
