@@ -194,7 +194,10 @@ fn dashboard_in_a_browser(store: &str, name: &str) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(counted, "the dashboard's first counts were not in after 10 s");
+    assert!(
+        counted,
+        "the dashboard's first counts were not in after 10 s"
+    );
 
     for width in [1280u32, 390] {
         let browser = Browser::start(&chromedriver, &chromium, width);
