@@ -99,6 +99,8 @@ pub struct Inner {
     /// What the store holds, for `/metrics` and the dashboard, refreshed at most every few
     /// seconds (it costs a scan): both show the same figures.
     stats: Mutex<Option<(Instant, Arc<StoreStats>)>>,
+    /// Held while the store counts: one count at a time, the rest wait for its figures.
+    counting: tokio::sync::Mutex<()>,
     /// `/dashboard`: who may open it, the sweeper's last runs, the advisor's cached figures.
     pub(crate) dashboard: crate::dashboard::kept::Dashboard,
     /// This process's instance and boot, recorded with the claims and queue items it holds.
@@ -111,6 +113,29 @@ impl std::ops::Deref for AppState {
     type Target = Inner;
     fn deref(&self) -> &Inner {
         &self.0
+    }
+}
+
+/// What [`AppState::store_stats_by`] found by its deadline.
+#[derive(Debug, Clone)]
+pub(crate) enum Counted {
+    /// Counted just now, or within the last few seconds; `None` when the store is not counted
+    /// (the Redis store) or the count failed (the reason is logged).
+    Fresh(Option<Arc<StoreStats>>),
+    /// The count is still running; these are the figures taken this long ago.
+    Stale(Arc<StoreStats>, Duration),
+    /// The first count is still running.
+    Pending,
+}
+
+impl Counted {
+    /// The figures, fresh or not.
+    pub(crate) fn stats(&self) -> Option<&Arc<StoreStats>> {
+        match self {
+            Self::Fresh(s) => s.as_ref(),
+            Self::Stale(s, _) => Some(s),
+            Self::Pending => None,
+        }
     }
 }
 
@@ -194,6 +219,7 @@ impl AppState {
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             stats: Mutex::default(),
+            counting: tokio::sync::Mutex::new(()),
             dashboard: crate::dashboard::kept::Dashboard::new(config),
         }))
     }
@@ -299,14 +325,16 @@ impl AppState {
     /// a few seconds; `None` when the store counts too slowly for every scrape (the Redis store)
     /// or failed (the reason is logged).
     pub(crate) async fn store_stats(&self) -> Option<Arc<StoreStats>> {
-        const FRESH: Duration = Duration::from_secs(5);
         if !self.store.counts_cheaply() {
             return None;
         }
-        if let Some((at, stats)) = &*self.stats.lock().unwrap_or_else(|p| p.into_inner())
-            && at.elapsed() < FRESH
-        {
-            return Some(stats.clone());
+        if let Some(stats) = self.fresh_stats() {
+            return Some(stats);
+        }
+        // One count at a time: whoever waited for it takes its figures.
+        let _counting = self.counting.lock().await;
+        if let Some(stats) = self.fresh_stats() {
+            return Some(stats);
         }
         use idemgate_core::store::Stats;
         match self.store.stats().await {
@@ -320,6 +348,36 @@ impl AppState {
                 tracing::warn!(error = %error::ErrorChain(&e), "cannot count the store's rows");
                 None
             }
+        }
+    }
+
+    /// [`store_stats`](Self::store_stats) for a page that must not wait long: past `deadline`
+    /// the count goes on behind it, for the next view, and the last figures taken are answered
+    /// (`Counted::Stale`), or none yet (`Counted::Pending`).
+    pub(crate) async fn store_stats_by(&self, deadline: tokio::time::Instant) -> Counted {
+        if !self.store.counts_cheaply() {
+            return Counted::Fresh(None);
+        }
+        if let Some(stats) = self.fresh_stats() {
+            return Counted::Fresh(Some(stats));
+        }
+        let state = self.clone();
+        let counting = tokio::spawn(async move { state.store_stats().await });
+        match tokio::time::timeout_at(deadline, counting).await {
+            Ok(counted) => Counted::Fresh(counted.ok().flatten()),
+            Err(_) => match &*self.stats.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some((at, stats)) => Counted::Stale(stats.clone(), at.elapsed()),
+                None => Counted::Pending,
+            },
+        }
+    }
+
+    /// The figures last counted, if they are fresh enough to show again.
+    fn fresh_stats(&self) -> Option<Arc<StoreStats>> {
+        const FRESH: Duration = Duration::from_secs(5);
+        match &*self.stats.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((at, stats)) if at.elapsed() < FRESH => Some(stats.clone()),
+            _ => None,
         }
     }
 

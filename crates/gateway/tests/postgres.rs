@@ -367,3 +367,78 @@ async fn two_gateways_share_one_inbox_without_double_delivery() {
     b.stop().await;
     schema.drop().await;
 }
+
+/// The dashboard's page as text, and whether the gateway answered it within `limit` (a page
+/// never waits for a count that cannot finish).
+async fn dashboard(gw: &Gateway, limit: Duration) -> String {
+    let page = tokio::time::timeout(limit, gw.get("/dashboard?refresh=off"))
+        .await
+        .unwrap_or_else(|_| panic!("/dashboard did not answer within {limit:?}"))
+        .unwrap();
+    assert_eq!(page.status, 200);
+    String::from_utf8(page.body.to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_sends_a_count_that_takes_long_behind_the_page() {
+    let Some(schema) = Schema::new("dash_count").await else {
+        return;
+    };
+    let config = format!(
+        "api_tokens = [\"worker-token-0123456789\"]\n[[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-id\"\n{}",
+        schema.store_toml()
+    );
+    let gw = Gateway::start_with(&config).await;
+    let auth = headers(&[("authorization", "Bearer worker-token-0123456789")]);
+    let body = serde_json::json!({"source": "jobs", "event_id": "j-1"}).to_string();
+    assert_eq!(gw.post("/v1/claims", auth, body).await.status, 201);
+
+    // Another session holds history locked: counting its rows waits for that session, and so
+    // does everything else that reads history, a lookup too.
+    let (locker, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let lock = format!(
+        "BEGIN; LOCK TABLE {}.history IN ACCESS EXCLUSIVE MODE",
+        schema.name
+    );
+    locker.batch_execute(&lock).await.unwrap();
+    let page = dashboard(&gw, Duration::from_secs(10)).await;
+    assert!(page.contains("data-stats-pending"), "{page}");
+    assert!(page.contains("records are being counted"), "{page}");
+    let store = &page[page.find("data-component=\"store\"").unwrap()..];
+    assert!(
+        store[..400].contains("FAILING")
+            && store[..400].contains("a lookup had no answer within 1000 ms"),
+        "{store}"
+    );
+    locker.batch_execute("COMMIT").await.unwrap();
+
+    // Once the lock is gone the count behind the page ends; a reload shows its figures.
+    let mut counted = String::new();
+    for _ in 0..100 {
+        counted = dashboard(&gw, Duration::from_secs(10)).await;
+        if !counted.contains("data-stats-pending") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        counted.contains("live records <strong>1</strong>, expired not yet swept <strong>0</strong>, history rows <strong>1</strong>"),
+        "{counted}"
+    );
+
+    // Figures older than a few seconds are counted again; while that waits, the page shows the
+    // last ones and says how old they are.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    locker.batch_execute(&lock).await.unwrap();
+    let page = dashboard(&gw, Duration::from_secs(10)).await;
+    assert!(
+        page.contains("live records <strong>1</strong>") && page.contains("ago; counting again)"),
+        "{page}"
+    );
+    locker.batch_execute("COMMIT").await.unwrap();
+    gw.stop().await;
+    schema.drop().await;
+}

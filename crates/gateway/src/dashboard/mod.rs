@@ -21,7 +21,8 @@
 //! Every query is bounded: deliveries over time count one source's last hour and day from an
 //! index on `(source, received_at, outcome)`, and a view after the first counts only the last
 //! few buckets again; record counts are `/metrics`' (cached a few
-//! seconds); the advisor's figures, which read a month of history, are computed at most once a
+//! seconds; a count that outlasts the page's wait goes on behind it, and the page shows the last
+//! figures, saying how old they are, or says they are being counted); the advisor's figures, which read a month of history, are computed at most once a
 //! minute, in the background once a first view has them, and the page says how old they are.
 
 mod access;
@@ -43,18 +44,19 @@ use axum::response::{IntoResponse, Response};
 use idemgate_core::advise::{self, Observation};
 use idemgate_core::inbox::InboxStats;
 use idemgate_core::store::{ClaimStore, HistoryQuery};
-use idemgate_core::{EventId, Key, SourceName, StoreError, StoreStats};
+use idemgate_core::{EventId, Key, SourceName, StoreError};
 
 pub use charts::gap_panel;
 use kept::{Advised, SweepRun};
 
-use health::{Health, Light, inbox_health, store_health, sweeper_health, tier_health};
+use health::{Health, Light, PING_WAIT, inbox_health, store_health, sweeper_health, tier_health};
 use timeline::Deliveries;
 
 use crate::AppState;
 use crate::config::Mode;
 use crate::error::{AppError, ErrorChain};
 use crate::outcome::Outcome;
+use crate::state::Counted;
 
 /// How far back the advisor looks: `idemgate advise`'s default.
 pub const ADVICE_PERIOD: Duration = Duration::from_secs(30 * 86_400);
@@ -174,7 +176,8 @@ struct Counters {
 struct Overview {
     engine: &'static str,
     health: Vec<Health>,
-    stats: Option<Arc<StoreStats>>,
+    /// What the store holds, as `/metrics` counts it (behind the page when it takes long).
+    counted: Counted,
     /// The advisor's figures and their age (none while the first are being computed); the error
     /// when history could not be read.
     advised: Result<Option<Arc<Advised>>, String>,
@@ -230,12 +233,25 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     for src in state.sources.values() {
         timeline::start(state, &src.name);
     }
-    let ping = state.store.ping().await;
+    // Bounded: a store that holds a lookup is shown red, not waited for.
+    let ping = tokio::time::timeout(PING_WAIT, state.store.ping())
+        .await
+        .ok();
     let ping_ms = started.elapsed();
-    let tier_ping = state.store.ping_tier().await;
+    let tier_ping = tokio::time::timeout(PING_WAIT, state.store.ping_tier())
+        .await
+        .unwrap_or_else(|_| {
+            Some(Err(format!(
+                "no answer within {} ms",
+                PING_WAIT.as_millis()
+            )))
+        });
     // The advisor's first figures are waited for beside the counts, not after them.
-    let (stats, inbox, advised) =
-        tokio::join!(state.store_stats(), state.inbox_stats(), advised(state));
+    let (counted, inbox, advised) = tokio::join!(
+        state.store_stats_by(deadline),
+        state.inbox_stats(),
+        advised(state)
+    );
     let tier = state.tier_counts();
     let sweeps = state.dashboard.sweeps();
     let mut names: Vec<&SourceName> = state.sources.values().map(|s| &s.name).collect();
@@ -254,9 +270,9 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
         });
     }
     let health = vec![
-        store_health(&ping, ping_ms),
+        store_health(ping.as_ref(), ping_ms),
         tier_health(tier_ping.as_ref(), tier),
-        sweeper_health(state, &sweeps, stats.as_deref()),
+        sweeper_health(state, &sweeps, counted.stats().map(AsRef::as_ref)),
     ];
     let mut health = health;
     if state.sources.values().any(|s| s.mode == Mode::Inbox) {
@@ -265,7 +281,7 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     Overview {
         engine: state.store.engine(),
         health,
-        stats,
+        counted,
         advised,
         deliveries,
         inbox,

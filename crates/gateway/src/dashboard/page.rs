@@ -10,6 +10,7 @@ use super::charts::{self, FULL, HALF, NARROW};
 use super::html::{esc, figure, search_form, shell};
 use super::{ADVICE_PERIOD, Advised, Deliveries, Light, Overview};
 use crate::AppState;
+use crate::state::Counted;
 
 /// `hits / (hits + misses)` in words: `93.1% (1,204 hits, 89 misses)`.
 pub(crate) fn hit_rate(hits: u64, misses: u64) -> String {
@@ -47,12 +48,26 @@ pub(crate) fn render(o: &Overview, state: &AppState) -> String {
         "<span class=\"muted\">store <strong>{}</strong></span>",
         esc(o.engine)
     );
-    if let Some(s) = &o.stats {
-        let _ = write!(
-            b,
-            "<span class=\"muted\" id=\"rows-total\">live records <strong>{}</strong>, expired not yet swept <strong>{}</strong>, history rows <strong>{}</strong></span>",
-            s.live, s.expired, s.history_rows
-        );
+    match &o.counted {
+        Counted::Fresh(None) => {}
+        Counted::Pending => b.push_str(
+            "<span class=\"muted\" id=\"rows-total\" data-stats-pending>records are being counted; the figures appear on the next reload</span>",
+        ),
+        Counted::Fresh(Some(s)) | Counted::Stale(s, _) => {
+            let _ = write!(
+                b,
+                "<span class=\"muted\" id=\"rows-total\">live records <strong>{}</strong>, expired not yet swept <strong>{}</strong>, history rows <strong>{}</strong>",
+                s.live, s.expired, s.history_rows
+            );
+            if let Counted::Stale(_, age) = &o.counted {
+                let _ = write!(
+                    b,
+                    " (counted {} ago; counting again)",
+                    human(*age)
+                );
+            }
+            b.push_str("</span>");
+        }
     }
     b.push_str("</div>\n");
     b.push_str(&search_form(&names, None, ""));
@@ -273,8 +288,8 @@ fn advice_cards(
         human(age.unwrap_or_default())
     );
     let expired = o
-        .stats
-        .as_ref()
+        .counted
+        .stats()
         .and_then(|s| s.per_source.iter().find(|p| p.source.as_str() == name))
         .map_or(0, |p| p.expired);
     let _ = writeln!(

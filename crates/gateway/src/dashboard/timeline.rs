@@ -20,7 +20,8 @@ const MINUTE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
 const HALF_HOUR: NonZeroU32 = NonZeroU32::new(1_800).expect("non-zero");
 
 /// `source`'s deliveries over time for a page: counted again from the last buckets when a count
-/// is kept; otherwise its first count (the whole hour and day: on a long history that takes a
+/// is kept (past `deadline` the page shows the kept counts, and the recount goes on behind it);
+/// otherwise its first count (the whole hour and day: on a long history that takes a
 /// while) runs behind the page, which waits for it until `deadline` and then goes without it
 /// (`Ok(None)`: the page says the counts are coming).
 ///
@@ -38,7 +39,15 @@ pub(super) async fn timeline(
         tokio::pin!(ended);
         ended.as_mut().enable();
         if has_counts(state, source) {
-            return read(state, source).await.map(Some);
+            // Counted again behind the page too: past the deadline the page shows the counts
+            // kept, and the recount, when it ends, keeps its own for the next view.
+            let (behind, name) = (state.clone(), source.clone());
+            let recount = tokio::spawn(async move { read(&behind, &name).await });
+            return match tokio::time::timeout_at(deadline, recount).await {
+                Ok(Ok(counted)) => counted.map(Some),
+                Ok(Err(panicked)) => Err(format!("the count of deliveries failed: {panicked}")),
+                Err(_) => Ok(Some(kept(state, source))),
+            };
         }
         if lock(&dash.no_timeline).contains(source) {
             return Ok(Some(Deliveries {
@@ -83,6 +92,16 @@ pub(super) fn start(state: &AppState, source: &SourceName) {
         lock(&dash.counting).remove(&source);
         dash.counted.notify_waiters();
     });
+}
+
+/// `source`'s counts as last kept.
+fn kept(state: &AppState, source: &SourceName) -> Deliveries {
+    let kept = lock(&state.dashboard.timelines);
+    let of = |w: NonZeroU32| kept.get(&(source.clone(), w.get())).cloned();
+    Deliveries {
+        hour: of(MINUTE),
+        day: of(HALF_HOUR),
+    }
 }
 
 /// Whether both of `source`'s counts are kept.
