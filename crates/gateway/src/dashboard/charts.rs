@@ -92,15 +92,29 @@ pub(crate) fn gaps(
     since: Duration,
     width: f64,
 ) -> String {
+    gap_chart(
+        |title| Frame::new(id, title).width(width).fluid(),
+        sources.iter().copied(),
+        since,
+    )
+}
+
+/// The gap histogram over the last `since`, one panel per `(advice, gaps)` ([`gap_panel`]), in
+/// the frame `frame` makes of its title: the dashboard's and `idemgate advise --plot`'s.
+pub fn gap_chart<'a>(
+    frame: impl FnOnce(&str) -> Frame,
+    sources: impl IntoIterator<Item = (&'a Advice, &'a [Duration])>,
+    since: Duration,
+) -> String {
     let title = format!(
         "Gap between first receipt and each repeated delivery, last {}",
         Human(since)
     );
     sources
-        .iter()
+        .into_iter()
         .fold(
             TimeHistogram::new(
-                Frame::new(id, &title).width(width).fluid(),
+                frame(&title),
                 "gap since first receipt (log scale)",
                 "repeated deliveries",
             ),

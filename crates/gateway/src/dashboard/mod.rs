@@ -46,7 +46,7 @@ use idemgate_core::inbox::InboxStats;
 use idemgate_core::store::{ClaimStore, HistoryQuery};
 use idemgate_core::{EventId, Key, SourceName, StoreError};
 
-pub use charts::gap_panel;
+pub use charts::{gap_chart, gap_panel};
 use kept::{Advised, SweepRun};
 
 use health::{Health, Light, PING_WAIT, inbox_health, store_health, sweeper_health, tier_health};
