@@ -113,4 +113,8 @@ pub(super) struct SweepRun {
 pub(super) struct Advised {
     pub(super) at: Instant,
     pub(super) sources: Vec<(Advice, Vec<Duration>)>,
+    /// Each source's gap histogram, wide and narrow, as the page shows it (in the order of
+    /// `sources`): drawn once each time the figures are computed, not on every view (binning a
+    /// long history's gaps takes tens of milliseconds).
+    pub(super) gap_figures: Vec<String>,
 }

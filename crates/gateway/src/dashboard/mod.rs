@@ -88,20 +88,29 @@ async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
             let advice = advise::advise(&obs, &src.policy.ttl.contract, src.policy.ttl.ttl);
             (advice, obs.gaps)
         })
+        .collect::<Vec<_>>();
+    let gap_figures = sources
+        .iter()
+        .enumerate()
+        .map(|(n, (advice, gaps))| page::gap_figure(n, advice, gaps))
         .collect();
     Ok(Advised {
         at: Instant::now(),
         sources,
+        gap_figures,
     })
 }
 
 /// The advisor's figures: the cached ones, with a refresh started behind them when they are
-/// stale. With none cached yet, a refresh is started and waited for up to [`ADVICE_WAIT`]:
+/// stale. With none cached yet, a refresh is started and waited for until `deadline`:
 /// `Ok(None)` when it is still running (the page says so; the next view has them).
 ///
 /// # Errors
 /// Why the history could not be read, when no figures are cached.
-async fn advised(state: &AppState) -> Result<Option<Arc<Advised>>, String> {
+async fn advised(
+    state: &AppState,
+    deadline: tokio::time::Instant,
+) -> Result<Option<Arc<Advised>>, String> {
     let dash = &state.dashboard;
     let cached = || {
         dash.advice
@@ -121,7 +130,7 @@ async fn advised(state: &AppState) -> Result<Option<Arc<Advised>>, String> {
             tokio::pin!(ended);
             ended.as_mut().enable();
             refresh_advice(state);
-            let _ = tokio::time::timeout(ADVICE_WAIT, ended).await;
+            let _ = tokio::time::timeout_at(deadline, ended).await;
             match cached() {
                 Some(a) => Ok(Some(a)),
                 None => match dash
@@ -226,7 +235,6 @@ impl PageQuery {
 }
 
 async fn gather(state: &AppState, refresh: bool) -> Overview {
-    let started = Instant::now();
     // Every first count starts now, to run beside the rest; the page waits for them (and for
     // the advisor's first figures) until the same deadline.
     let deadline = tokio::time::Instant::now() + ADVICE_WAIT;
@@ -234,23 +242,28 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
         timeline::start(state, &src.name);
     }
     // Bounded: a store that holds a lookup is shown red, not waited for.
-    let ping = tokio::time::timeout(PING_WAIT, state.store.ping())
-        .await
-        .ok();
-    let ping_ms = started.elapsed();
-    let tier_ping = tokio::time::timeout(PING_WAIT, state.store.ping_tier())
-        .await
-        .unwrap_or_else(|_| {
-            Some(Err(format!(
-                "no answer within {} ms",
-                PING_WAIT.as_millis()
-            )))
-        });
-    // The advisor's first figures are waited for beside the counts, not after them.
-    let (counted, inbox, advised) = tokio::join!(
+    let ping = async {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(PING_WAIT, state.store.ping()).await;
+        (answered.ok(), started.elapsed())
+    };
+    let tier_ping = async {
+        tokio::time::timeout(PING_WAIT, state.store.ping_tier())
+            .await
+            .unwrap_or_else(|_| {
+                Some(Err(format!(
+                    "no answer within {} ms",
+                    PING_WAIT.as_millis()
+                )))
+            })
+    };
+    // Everything is asked for at once, each first figure waited for until the same deadline.
+    let ((ping, ping_ms), tier_ping, counted, inbox, advised) = tokio::join!(
+        ping,
+        tier_ping,
         state.store_stats_by(deadline),
         state.inbox_stats(),
-        advised(state)
+        advised(state, deadline)
     );
     let tier = state.tier_counts();
     let sweeps = state.dashboard.sweeps();

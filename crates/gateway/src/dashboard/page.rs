@@ -232,13 +232,39 @@ fn source_section(
             b.push_str("<div class=\"card full\"><p>Deliveries over time are not available on this store: the Redis store keeps each event's history in a stream of its own, which it cannot count by time. Use a SQL store (optionally behind the Redis tier) for this chart.</p></div>\n");
         }
     }
-    if let Some(a) = advised.and_then(|a| a.sources.iter().find(|(a, _)| a.source.as_str() == name))
+    if let Some(advised) = advised
+        && let Some(at) = advised
+            .sources
+            .iter()
+            .position(|(a, _)| a.source.as_str() == name)
     {
-        advice_cards(b, o, &id, name, a, advised.map(|a| a.at.elapsed()));
+        advice_cards(
+            b,
+            o,
+            &id,
+            name,
+            &advised.sources[at].0,
+            &advised.gap_figures[at],
+            advised.at.elapsed(),
+        );
     }
     inbox_card(b, o, state, &id, name);
     counters_card(b, o, name);
     b.push_str("</div>\n</section>\n");
+}
+
+/// The `n`th advised source's gap histogram, wide and narrow, for its card.
+pub(super) fn gap_figure(n: usize, a: &Advice, gaps: &[Duration]) -> String {
+    let sources = [(a, gaps)];
+    figure(
+        &charts::gaps(&format!("a{n}-gaps"), &sources, ADVICE_PERIOD, FULL),
+        &charts::gaps(
+            &format!("a{n}-gaps-narrow"),
+            &sources,
+            ADVICE_PERIOD,
+            NARROW,
+        ),
+    )
 }
 
 fn advice_cards(
@@ -246,18 +272,11 @@ fn advice_cards(
     o: &Overview,
     id: &dyn Fn(&str) -> String,
     name: &str,
-    (a, gaps): &(Advice, Vec<Duration>),
-    age: Option<Duration>,
+    a: &Advice,
+    gap_figure: &str,
+    age: Duration,
 ) {
-    let sources = [(a, gaps.as_slice())];
-    let _ = writeln!(
-        b,
-        "<div class=\"card full\">{}",
-        figure(
-            &charts::gaps(&id("gaps"), &sources, ADVICE_PERIOD, FULL),
-            &charts::gaps(&id("gaps-narrow"), &sources, ADVICE_PERIOD, NARROW)
-        )
-    );
+    let _ = writeln!(b, "<div class=\"card full\">{gap_figure}");
     let verdict_class = match a.verdict {
         Verdict::TooShort { .. } => "flag",
         _ => "",
@@ -285,7 +304,7 @@ fn advice_cards(
         b,
         "<p class=\"muted\">The advisor's figures over the last {}, as <code>idemgate advise</code> gives them; computed {} ago (at most once a minute).</p></div>",
         human(ADVICE_PERIOD),
-        human(age.unwrap_or_default())
+        human(age)
     );
     let expired = o
         .counted
