@@ -363,9 +363,9 @@ fn store_commands_on_postgres() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("applied migrations [1, 2, 3, 4, 5]"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied migrations [1, 2, 3, 4, 5, 6]"));
     assert!(
-        String::from_utf8_lossy(&pg(&["migrate"]).stdout).contains("already at schema version 5")
+        String::from_utf8_lossy(&pg(&["migrate"]).stdout).contains("already at schema version 6")
     );
     let s = stdout_json(&pg(&["stats", "--json"]));
     assert_eq!(s["live"], 0);

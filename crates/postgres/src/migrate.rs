@@ -47,10 +47,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "history by source and time",
         sql: include_str!("../sql/migrations/0005_history_by_source_time.sql"),
     },
+    Migration {
+        version: 6,
+        name: "finish_batch by key",
+        sql: include_str!("../sql/migrations/0006_finish_batch_by_key.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -59,7 +59,7 @@ async fn migrations_are_idempotent() {
     }
     let (cfg, _guard) = common::config(Expiry::batched());
     let first = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(first.applied, [1, 2, 3, 4, 5]);
+    assert_eq!(first.applied, [1, 2, 3, 4, 5, 6]);
     assert_eq!(first.version, SCHEMA_VERSION);
     let again = idemgate_postgres::migrate(&cfg).await.unwrap();
     assert!(again.applied.is_empty(), "{again:?}");
@@ -84,7 +84,7 @@ async fn two_concurrent_migrators_both_succeed_once() {
     applied.sort();
     assert_eq!(
         applied,
-        [vec![], vec![1, 2, 3, 4, 5]],
+        [vec![], vec![1, 2, 3, 4, 5, 6]],
         "exactly one migrator applied every version"
     );
 }
@@ -308,6 +308,87 @@ async fn completions_and_releases_in_one_batch_answer_each_token() {
             .chain(last)
             .collect();
         assert_eq!(outcomes, expected, "key {i}");
+    }
+}
+
+/// The plan of every statement `finish_batch` runs, as PostgreSQL's `auto_explain` reports it to
+/// the session calling it, with the plan a long-lived pooled session keeps (the generic one)
+/// made on a store of three records.
+#[tokio::test]
+async fn finish_batch_finds_records_by_key_whatever_the_table_size_at_planning() {
+    let Some(store) = TestStore::new(Expiry::batched()).await else {
+        return;
+    };
+    let keys: Vec<Key> = (0..3).map(|_| key()).collect();
+    let mut tokens = Vec::new();
+    for k in &keys {
+        match store
+            .claim(req(k, Duration::from_secs(3_600)))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { token, .. } => tokens.push(token),
+            other => panic!("{other:?}"),
+        }
+    }
+    let (client, mut conn) = tokio_postgres::connect(&common::url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (notices, mut plans) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = message {
+                let _ = notices.send(n.message().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!(
+            "SET search_path = \"{}\"; LOAD 'auto_explain';
+             SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on;
+             SET auto_explain.log_level = notice; SET client_min_messages = notice;
+             SET plan_cache_mode = force_generic_plan",
+            store.guard.schema
+        ))
+        .await
+        .unwrap();
+    let sources: Vec<&str> = keys.iter().map(|k| k.source.as_str()).collect();
+    let event_ids: Vec<&str> = keys.iter().map(|k| k.event_id.as_str()).collect();
+    let attempts: Vec<i32> = tokens.iter().map(|t| t.attempt as i32).collect();
+    let nonces: Vec<i64> = tokens.iter().map(|t| t.nonce as i64).collect();
+    let releases = [false, false, true];
+    let held: Vec<bool> = client
+        .query(
+            "SELECT r_held FROM finish_batch($1, $2, $3, $4, $5) ORDER BY r_idx",
+            &[
+                &sources,
+                &event_ids,
+                &attempts,
+                &nonces,
+                &releases.as_slice(),
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(held, [true, true, true]);
+    drop(client);
+    let mut explained = Vec::new();
+    while let Some(plan) = plans.recv().await {
+        explained.push(plan);
+    }
+    let finishing = explained
+        .iter()
+        .find(|p| p.contains("Update on dedup"))
+        .unwrap_or_else(|| panic!("no plan of the UPDATE in {explained:#?}"));
+    assert!(
+        finishing.contains("Index Scan using dedup_pkey"),
+        "{finishing}"
+    );
+    for plan in &explained {
+        assert!(!plan.contains("Seq Scan on dedup"), "{plan}");
     }
 }
 
@@ -731,7 +812,7 @@ async fn a_schema_1_schema_is_upgraded_in_place() {
         .unwrap();
 
     let report = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(report.applied, [2, 3, 4, 5]);
+    assert_eq!(report.applied, [2, 3, 4, 5, 6]);
     let store = PgStore::connect(cfg.clone()).await.unwrap();
     let id = store.store_id().to_owned();
     assert_eq!(id.len(), 32, "{id}");
