@@ -127,16 +127,22 @@ async fn deliveries_and_duplicates_on_postgres() {
     schema.drop().await;
 }
 
+/// A gateway on `schema` with one claim-API source, `jobs`, and the worker token
+/// `worker-token-0123456789`.
+async fn jobs_gateway(schema: &Schema) -> Gateway {
+    let config = format!(
+        "api_tokens = [\"worker-token-0123456789\"]\n[[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-id\"\n{}",
+        schema.store_toml()
+    );
+    Gateway::start_with(&config).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_api_on_postgres() {
     let Some(schema) = Schema::new("api").await else {
         return;
     };
-    let config = format!(
-        "api_tokens = [\"worker-token-0123456789\"]\n[[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-id\"\n{}",
-        schema.store_toml()
-    );
-    let gw = Gateway::start_with(&config).await;
+    let gw = jobs_gateway(&schema).await;
     let auth = headers(&[("authorization", "Bearer worker-token-0123456789")]);
     let body = serde_json::json!({"source": "jobs", "event_id": "j-1"}).to_string();
     let r = gw.post("/v1/claims", auth.clone(), body.clone()).await;
@@ -384,11 +390,7 @@ async fn the_dashboard_sends_a_count_that_takes_long_behind_the_page() {
     let Some(schema) = Schema::new("dash_count").await else {
         return;
     };
-    let config = format!(
-        "api_tokens = [\"worker-token-0123456789\"]\n[[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-id\"\n{}",
-        schema.store_toml()
-    );
-    let gw = Gateway::start_with(&config).await;
+    let gw = jobs_gateway(&schema).await;
     let auth = headers(&[("authorization", "Bearer worker-token-0123456789")]);
     let body = serde_json::json!({"source": "jobs", "event_id": "j-1"}).to_string();
     assert_eq!(gw.post("/v1/claims", auth, body).await.status, 201);
