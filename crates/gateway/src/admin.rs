@@ -17,22 +17,47 @@ use crate::error::{ErrorChain, Problem};
 use crate::metrics::{self, Scrape};
 use crate::outcome::Outcome;
 
+/// How long a health check waits for the store's lookup and the tier's `PING`: past it the
+/// component is down (a store that holds a lookup this long holds claims too).
+pub(crate) const PING_WAIT: Duration = Duration::from_secs(1);
+
+/// Why a component gave no answer within [`PING_WAIT`].
+pub(crate) fn no_answer() -> String {
+    format!("a lookup had no answer within {} ms", PING_WAIT.as_millis())
+}
+
+/// The store's lookup, waited for at most [`PING_WAIT`]; the error in words.
+pub(crate) async fn ping_store(state: &AppState) -> Result<(), String> {
+    match tokio::time::timeout(PING_WAIT, state.store.ping()).await {
+        Ok(answered) => answered.map_err(|e| ErrorChain(&e).to_string()),
+        Err(_) => Err(no_answer()),
+    }
+}
+
+/// The tier's `PING` (none without a tier), waited for at most [`PING_WAIT`].
+pub(crate) async fn ping_tier(state: &AppState) -> Option<Result<(), String>> {
+    tokio::time::timeout(PING_WAIT, state.store.ping_tier())
+        .await
+        .unwrap_or_else(|_| Some(Err(no_answer())))
+}
+
 /// Each component, really touched: the store of record (a lookup), and the Redis tier (a
-/// `PING`) when there is one. The store failing is 503; the tier failing is `degraded`, still
-/// 200: the gateway serves from the store alone, only slower.
+/// `PING`) when there is one, each waited for at most [`PING_WAIT`]. The store failing is 503;
+/// the tier failing is `degraded`, still 200: the gateway serves from the store alone, only
+/// slower.
 pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let started = Instant::now();
-    let store = state.store.ping().await;
+    let store = ping_store(&state).await;
     let store_ms = millis(started.elapsed());
     let mut components = vec![Component {
         name: "store",
         engine: Some(state.store.engine()),
         status: if store.is_ok() { "ok" } else { "down" },
         ms: store_ms,
-        error: store.as_ref().err().map(|e| ErrorChain(e).to_string()),
+        error: store.as_ref().err().cloned(),
     }];
     let started = Instant::now();
-    let tier = state.store.ping_tier().await;
+    let tier = ping_tier(&state).await;
     if let Some(tier) = &tier {
         components.push(Component {
             name: "redis-tier",
@@ -70,7 +95,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
         });
     }
     if let Err(e) = &store {
-        tracing::error!(error = %ErrorChain(e), "health check: the store does not answer");
+        tracing::error!(error = %e, "health check: the store does not answer");
         let mut problem = Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             Outcome::StoreUnavailable,

@@ -386,7 +386,7 @@ async fn dashboard(gw: &Gateway, limit: Duration) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_sends_a_count_that_takes_long_behind_the_page() {
+async fn a_count_or_a_lookup_that_takes_long_is_not_waited_for() {
     let Some(schema) = Schema::new("dash_count").await else {
         return;
     };
@@ -414,6 +414,18 @@ async fn the_dashboard_sends_a_count_that_takes_long_behind_the_page() {
         store[..400].contains("FAILING")
             && store[..400].contains("a lookup had no answer within 1000 ms"),
         "{store}"
+    );
+    // So is /healthz: the store is down, not waited for.
+    let health = tokio::time::timeout(Duration::from_secs(10), gw.get("/healthz"))
+        .await
+        .expect("/healthz did not answer within 10 s")
+        .unwrap();
+    assert_eq!(health.status, 503);
+    let components = &health.json()["components"];
+    assert_eq!(components[0]["status"], "down", "{components}");
+    assert_eq!(
+        components[0]["error"], "a lookup had no answer within 1000 ms",
+        "{components}"
     );
     locker.batch_execute("COMMIT").await.unwrap();
 

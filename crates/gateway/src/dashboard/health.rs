@@ -2,12 +2,11 @@
 
 use std::time::Duration;
 
+use idemgate_core::StoreStats;
 use idemgate_core::inbox::InboxStats;
-use idemgate_core::{StoreError, StoreStats};
 
 use super::SweepRun;
 use crate::AppState;
-use crate::error::ErrorChain;
 
 /// A health light: green, amber or red, with the reason in words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,27 +26,16 @@ pub(super) struct Health {
     pub(super) why: String,
 }
 
-/// How long the page waits for the store's and the tier's answer to a lookup: past it the
-/// component is red (a store that holds a lookup this long holds claims too).
-pub(super) const PING_WAIT: Duration = Duration::from_secs(1);
-
-/// The store's light from a lookup's answer: `None` when none came within [`PING_WAIT`].
-pub(super) fn store_health(ping: Option<&Result<(), StoreError>>, took: Duration) -> Health {
+/// The store's light from its lookup's answer (see [`crate::admin::ping_store`]).
+pub(super) fn store_health(ping: &Result<(), String>, took: Duration) -> Health {
     let ms = took.as_secs_f64() * 1_000.0;
     let (light, why) = match ping {
-        None => (
-            Light::Red,
-            format!(
-                "does not answer: a lookup had no answer within {} ms",
-                PING_WAIT.as_millis()
-            ),
-        ),
-        Some(Err(e)) => (Light::Red, format!("does not answer: {}", ErrorChain(e))),
-        Some(Ok(())) if took > Duration::from_millis(250) => (
+        Err(e) => (Light::Red, format!("does not answer: {e}")),
+        Ok(()) if took > Duration::from_millis(250) => (
             Light::Amber,
             format!("answers, slowly: a lookup took {ms:.0} ms"),
         ),
-        Some(Ok(())) => (Light::Green, format!("answers: a lookup took {ms:.1} ms")),
+        Ok(()) => (Light::Green, format!("answers: a lookup took {ms:.1} ms")),
     };
     Health {
         name: "store",

@@ -49,7 +49,7 @@ use idemgate_core::{EventId, Key, SourceName, StoreError};
 pub use charts::{gap_chart, gap_panel};
 use kept::{Advised, SweepRun};
 
-use health::{Health, Light, PING_WAIT, inbox_health, store_health, sweeper_health, tier_health};
+use health::{Health, Light, inbox_health, store_health, sweeper_health, tier_health};
 use timeline::Deliveries;
 
 use crate::AppState;
@@ -244,23 +244,12 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     // Bounded: a store that holds a lookup is shown red, not waited for.
     let ping = async {
         let started = Instant::now();
-        let answered = tokio::time::timeout(PING_WAIT, state.store.ping()).await;
-        (answered.ok(), started.elapsed())
-    };
-    let tier_ping = async {
-        tokio::time::timeout(PING_WAIT, state.store.ping_tier())
-            .await
-            .unwrap_or_else(|_| {
-                Some(Err(format!(
-                    "no answer within {} ms",
-                    PING_WAIT.as_millis()
-                )))
-            })
+        (crate::admin::ping_store(state).await, started.elapsed())
     };
     // Everything is asked for at once, each first figure waited for until the same deadline.
     let ((ping, ping_ms), tier_ping, counted, inbox, advised) = tokio::join!(
         ping,
-        tier_ping,
+        crate::admin::ping_tier(state),
         state.store_stats_by(deadline),
         state.inbox_stats(),
         advised(state, deadline)
@@ -283,7 +272,7 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
         });
     }
     let health = vec![
-        store_health(ping.as_ref(), ping_ms),
+        store_health(&ping, ping_ms),
         tier_health(tier_ping.as_ref(), tier),
         sweeper_health(state, &sweeps, counted.stats().map(AsRef::as_ref)),
     ];
