@@ -20,10 +20,12 @@
 //!
 //! Every query is bounded: deliveries over time count one source's last hour and day from an
 //! index on `(source, received_at, outcome)`, and a view after the first counts only the last
-//! few buckets again; record counts are `/metrics`' (cached a few
-//! seconds; a count that outlasts the page's wait goes on behind it, and the page shows the last
-//! figures, saying how old they are, or says they are being counted); the advisor's figures, which read a month of history, are computed at most once a
-//! minute, in the background once a first view has them, and the page says how old they are.
+//! few buckets again; record counts are `/metrics`' (cached a few seconds); the advisor's
+//! figures, which read a month of history, are computed at most once a minute, in the
+//! background once a first view has them, and the page says how old they are. No view waits
+//! past one deadline (`ADVICE_WAIT`, 100 ms) for any of them: what outlasts it goes on behind the
+//! page, which shows the last figures with their age, or says they are coming. The store's
+//! lookup for the health row is bounded too (`admin::PING_WAIT`).
 
 mod access;
 mod charts;
