@@ -36,11 +36,11 @@ pub(crate) struct Dashboard {
     pub(super) advice_error: Mutex<Option<String>>,
     /// Each source's deliveries over time as last counted, by source and bucket width.
     pub(super) timelines: Mutex<HashMap<(SourceName, u32), TimelineCounts>>,
-    /// Sources whose first count of deliveries over time runs behind the pages.
+    /// Sources whose count of deliveries over time runs behind the pages.
     pub(super) counting: Mutex<HashSet<SourceName>>,
-    /// Told when a first count ended, well or not.
+    /// Told when a count ended, well or not.
     pub(super) counted: tokio::sync::Notify,
-    /// Why a source's last first count failed, until one succeeds.
+    /// Why a source's last count failed, until one succeeds.
     pub(super) count_errors: Mutex<HashMap<SourceName, String>>,
     /// Sources on a store that keeps no timeline (the Redis store): asked once.
     pub(super) no_timeline: Mutex<HashSet<SourceName>>,

@@ -19,14 +19,14 @@ pub(super) struct Deliveries {
 const MINUTE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
 const HALF_HOUR: NonZeroU32 = NonZeroU32::new(1_800).expect("non-zero");
 
-/// `source`'s deliveries over time for a page: counted again from the last buckets when a count
-/// is kept (past `deadline` the page shows the kept counts, and the recount goes on behind it);
-/// otherwise its first count (the whole hour and day: on a long history that takes a
-/// while) runs behind the page, which waits for it until `deadline` and then goes without it
+/// `source`'s deliveries over time for a page. Each view starts a count behind the page
+/// ([`start`]; one at a time per source): the first is the whole hour and day, on a long history
+/// a while; later ones count only the last buckets again. The page waits for it until
+/// `deadline`, then goes with the counts kept from the last count that ended, or without any
 /// (`Ok(None)`: the page says the counts are coming).
 ///
 /// # Errors
-/// Why the store could not count, in words.
+/// Why the store could not count, in words (the last count failed).
 pub(super) async fn timeline(
     state: &AppState,
     source: &SourceName,
@@ -38,41 +38,31 @@ pub(super) async fn timeline(
         let ended = dash.counted.notified();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        if has_counts(state, source) {
-            // Counted again behind the page too: past the deadline the page shows the counts
-            // kept, and the recount, when it ends, keeps its own for the next view.
-            let (behind, name) = (state.clone(), source.clone());
-            let recount = tokio::spawn(async move { read(&behind, &name).await });
-            return match tokio::time::timeout_at(deadline, recount).await {
-                Ok(Ok(counted)) => counted.map(Some),
-                Ok(Err(panicked)) => Err(format!("the count of deliveries failed: {panicked}")),
-                Err(_) => Ok(Some(kept(state, source))),
-            };
-        }
-        if lock(&dash.no_timeline).contains(source) {
-            return Ok(Some(Deliveries {
-                hour: None,
-                day: None,
-            }));
-        }
-        if !lock(&dash.counting).contains(source)
-            && let Some(why) = lock(&dash.count_errors).get(source).cloned()
-        {
-            return Err(why);
+        if !lock(&dash.counting).contains(source) {
+            if let Some(why) = lock(&dash.count_errors).get(source).cloned() {
+                return Err(why);
+            }
+            if lock(&dash.no_timeline).contains(source) {
+                return Ok(Some(Deliveries {
+                    hour: None,
+                    day: None,
+                }));
+            }
+            if has_counts(state, source) {
+                return Ok(Some(kept(state, source)));
+            }
         }
         if tokio::time::timeout_at(deadline, ended).await.is_err() {
-            return Ok(None);
+            return Ok(has_counts(state, source).then(|| kept(state, source)));
         }
     }
 }
 
-/// Starts `source`'s first count behind the pages, unless a count is kept or one is running.
+/// Starts a count of `source`'s deliveries over time behind the pages (the first, or a recount
+/// of the last buckets once counts are kept), unless one is running or the store keeps none.
 pub(super) fn start(state: &AppState, source: &SourceName) {
     let dash = &state.dashboard;
-    if has_counts(state, source)
-        || lock(&dash.no_timeline).contains(source)
-        || !lock(&dash.counting).insert(source.clone())
-    {
+    if lock(&dash.no_timeline).contains(source) || !lock(&dash.counting).insert(source.clone()) {
         return;
     }
     let (state, source) = (state.clone(), source.clone());
