@@ -23,7 +23,7 @@
 //! few buckets again; record counts are `/metrics`' (cached a few seconds); the advisor's
 //! figures, which read a month of history, are computed at most once a minute, in the
 //! background once a first view has them, and the page says how old they are. No view waits
-//! past one deadline (`ADVICE_WAIT`, 100 ms) for any of them: what outlasts it goes on behind the
+//! past one deadline (`PAGE_WAIT`, 100 ms) for any of them: what outlasts it goes on behind the
 //! page, which shows the last figures with their age, or says they are coming. The store's
 //! lookup for the health row is bounded too (`admin::PING_WAIT`).
 
@@ -64,14 +64,30 @@ use crate::state::Counted;
 pub const ADVICE_PERIOD: Duration = Duration::from_secs(30 * 86_400);
 /// How long the advisor's figures are served before they are computed again.
 const ADVICE_FRESH: Duration = Duration::from_secs(60);
-/// How long a page waits for the advisor's first figures before it is sent without them (they
-/// read 30 days of history: on a long one that takes seconds, and the page must not).
-const ADVICE_WAIT: Duration = Duration::from_millis(100);
+/// How long a page waits for what it asked of the store (the advisor's first figures, which read
+/// 30 days of history, the counts of deliveries over time, the record counts) before it is sent
+/// with the figures last taken, or without them: on a long history those take seconds, and the
+/// page must not.
+const PAGE_WAIT: Duration = Duration::from_millis(100);
 /// Each configured source's advice over [`ADVICE_PERIOD`], as `idemgate advise` computes it:
-/// the history's observation, the live rows from `stats`, the source's contract and TTL.
+/// the history's observation, the live rows from `stats`, the source's contract and TTL. The
+/// advice and its charts (tens of milliseconds over a long history's gaps) are worked out on a
+/// blocking thread, not on the runtime's, which serves requests.
 async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
     let observed = state.store.observe(ADVICE_PERIOD).await?;
     let stats = state.store_stats().await;
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || advise_observed(&state, &observed, stats.as_deref()))
+        .await
+        .map_err(|e| StoreError::backend("the dashboard's advisor", e))
+}
+
+/// [`advise_all`]'s figures from what the store observed and counted.
+fn advise_observed(
+    state: &AppState,
+    observed: &[Observation],
+    stats: Option<&idemgate_core::StoreStats>,
+) -> Advised {
     let mut names: Vec<&String> = state.sources.keys().collect();
     names.sort();
     let sources = names
@@ -84,7 +100,6 @@ async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
                 .cloned()
                 .unwrap_or_else(|| Observation::empty(src.name.clone(), ADVICE_PERIOD));
             obs.live_rows = stats
-                .as_ref()
                 .and_then(|s| s.per_source.iter().find(|p| p.source == src.name))
                 .map_or(0, |p| p.live);
             let advice = advise::advise(&obs, &src.policy.ttl.contract, src.policy.ttl.ttl);
@@ -96,11 +111,11 @@ async fn advise_all(state: &AppState) -> Result<Advised, StoreError> {
         .enumerate()
         .map(|(n, (advice, gaps))| page::gap_figure(n, advice, gaps))
         .collect();
-    Ok(Advised {
+    Advised {
         at: Instant::now(),
         sources,
         gap_figures,
-    })
+    }
 }
 
 /// The advisor's figures: the cached ones, with a refresh started behind them when they are
@@ -239,7 +254,7 @@ impl PageQuery {
 async fn gather(state: &AppState, refresh: bool) -> Overview {
     // Every first count starts now, to run beside the rest; the page waits for them (and for
     // the advisor's first figures) until the same deadline.
-    let deadline = tokio::time::Instant::now() + ADVICE_WAIT;
+    let deadline = tokio::time::Instant::now() + PAGE_WAIT;
     for src in state.sources.values() {
         timeline::start(state, &src.name);
     }
