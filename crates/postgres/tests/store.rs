@@ -688,6 +688,70 @@ async fn a_batched_sweep_run_stops_at_a_short_batch() {
     assert_eq!(stats.history_rows, 8);
 }
 
+/// A run's batches go on along the `expires_at` index from where the previous batch ended, never
+/// walking again over what the run deleted: a row expired before any of them, put in behind the
+/// run between two batches, is left to the next run, which deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_sweep_run_goes_on_from_where_its_last_batch_ended() {
+    let (cfg, guard) = common::config(Expiry::batched());
+    let Some(store) = common::connect(cfg).await else {
+        return;
+    };
+    let _guard = guard;
+    for _ in 0..7 {
+        store
+            .claim(req(&key(), Duration::from_millis(100)))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let raw = Arc::new(common::raw(&store.config().schema).await);
+    let behind = key();
+    let opts = SweepOptions {
+        batch: NonZeroU32::new(3).unwrap(),
+        pause: Duration::from_millis(1),
+        pacing: idemgate_core::sweep::Pacing::Fixed,
+    };
+    let mut pauses = 0;
+    let put_behind = |_| {
+        pauses += 1;
+        let first = pauses == 1;
+        let raw = raw.clone();
+        let event_id = behind.event_id.as_str().to_owned();
+        async move {
+            if first {
+                raw.execute(
+                    "INSERT INTO dedup (source, event_id, state, attempt, nonce, first_seen, \
+                     expires_at) VALUES ('src', $1, 'done', 1, 1, now() - interval '2 hours', \
+                     now() - interval '1 hour')",
+                    &[&event_id],
+                )
+                .await
+                .unwrap();
+            }
+            true
+        }
+    };
+    let report = store.sweep_run(opts, put_behind, |_| {}).await.unwrap();
+    assert_eq!((report.rows, report.batches), (7, 3));
+    assert_eq!(
+        store.stats().await.unwrap().expired,
+        1,
+        "the row behind the run is left"
+    );
+    let next = store
+        .sweep_run(
+            opts,
+            idemgate_core::sweep::pause_or_cancel(&CancellationToken::new()),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.rows, 1);
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.live, stats.expired), (0, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_sweeper_sweeps_and_stops_on_cancel() {
     let Some(store) = TestStore::new(Expiry::batched()).await else {
