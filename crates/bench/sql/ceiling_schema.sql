@@ -1,5 +1,5 @@
 -- The claims scenario's ceiling: scratch tables of the shape idemgate-postgres writes a claim
--- into (crates/postgres/sql/migrations, batched mode, after 0003), created in the bench's own
+-- into (crates/postgres/sql/migrations, batched mode, after 0005), created in the bench's own
 -- schema (search_path) and dropped with it. Same columns, collations, keys, indexes and checks;
 -- history is range-partitioned on received_at as the store's is, here with one default partition
 -- (the store keeps monthly ones; an insert routes to either the same way).
@@ -39,3 +39,6 @@ CREATE TABLE history (
 CREATE TABLE history_default PARTITION OF history DEFAULT;
 
 CREATE INDEX history_key ON history (source, event_id);
+
+-- Schema 5's: the dashboard's counts of one source's recent deliveries.
+CREATE INDEX history_by_source_time ON history (source, received_at, outcome);
