@@ -262,6 +262,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             o.phase_secs
         );
     }
+    println!(
+        "\nClaims in each second, as a percentage of the idle mean (| marks the cleanup's start):"
+    );
+    for o in &outcomes {
+        let pct = |v: &f64| format!("{:.0}", v * 100.0);
+        let idle = args.idle as usize;
+        let (before, during) = o.timeline.split_at(idle.min(o.timeline.len()));
+        println!(
+            "{}: {} | {}",
+            o.method.label(),
+            before.iter().map(pct).collect::<Vec<_>>().join(" "),
+            during.iter().map(pct).collect::<Vec<_>>().join(" ")
+        );
+    }
     println!();
     for o in &outcomes {
         for line in verdicts(o) {

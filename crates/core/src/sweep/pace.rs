@@ -4,35 +4,44 @@
 //!
 //! - [`ClaimLatency`]: what the claim path records (each round trip of a claim batch, with how
 //!   many claims it carried) and what the sweeper reads: the claim-weighted mean latency since
-//!   its last look, and the **baseline**, a slow-moving floor of that latency learned from the
-//!   claims themselves. A store keeps one and hands it out with [`Sweep::claim_latency`].
+//!   its last look (its last batch and the pause before it), and the **baseline**, the claims'
+//!   latency learned from the round trips that overlapped none of the sweep's batches (the run
+//!   marks each with [`ClaimLatency::batch`]). A store keeps one and hands it out with
+//!   [`Sweep::claim_latency`].
 //! - [`Pacer`]: the controller, a pure function of what it is told. Between two batches of a
 //!   run it compares the recent latency with the baseline: above [`BACKOFF_RATIO`] times the
 //!   baseline it backs off multiplicatively (the pause lengthens, the batch shrinks), otherwise
 //!   it speeds up again additively, one step a batch, back to the configured batch and pause.
+//!   Since claims beside a batch are slower than the others and the recent mean holds both, a
+//!   run settles at the share of its time in batches that keeps the claims' mean within
+//!   [`BACKOFF_RATIO`] of the claims of the same minute clear of it.
 //!
 //! **Bounds.** The slowdown factor stays within 1 and [`MAX_SLOWDOWN`]: a batch never shrinks
 //! below `batch / MAX_BATCH_SHRINK` (at least one row) and a pause never grows beyond
 //! `pause + unit * (MAX_SLOWDOWN - 1)`, the unit being the configured pause or
 //! [`MIN_PAUSE_UNIT`], whichever is longer. So however slow the claims get, a run deletes at
-//! least [`Pacer::min_batch`] rows every [`Pacer::max_pause`] (plus the batch's own time) until
-//! it is done: with the defaults (5000 rows, 50 ms) 1250 rows every 800 ms, about 1500 rows a
-//! second (2 M expired rows in under 25 minutes). It cannot stall. With no claims at all (nothing recorded since the last look) it runs
-//! at the configured batch and pause, full speed.
+//! least [`Pacer::min_batch`] rows every [`Pacer::max_pause`] (plus the batch's own time): with
+//! the defaults (5000 rows, 50 ms) 1250 rows every 800 ms, about 1500 rows a second. It cannot
+//! stall. With no claims at all (nothing recorded since the last look) it speeds up to the
+//! configured batch and pause.
 //!
-//! **Clocks.** The host's monotonic clock only measures round trips and spaces batches; which
-//! records expired is decided by the store's own clock in its delete, as always.
+//! **Clocks.** The host's monotonic clock only measures round trips, spaces batches and tells
+//! which round trips overlapped a batch; which records expired is decided by the store's own
+//! clock in its delete, as always.
 //!
-//! **The baseline** is the claim-weighted mean latency over periods of at least
-//! [`BASELINE_PERIOD`] (and [`BASELINE_MIN_CLAIMS`] claims), followed with a time constant of
-//! [`BASELINE_TAU`] (the plain mean of the periods until there are that many): an average, not a
-//! floor, since a floor sits below the latency's own noise and takes every run for a slowdown. It
-//! stands still while a sweep run is under way, so a long run cannot teach it its own slowdown
-//! (nor learn anything during a run that starts before the first period ends: that run goes at
-//! the configured pace). A latency that changes for good (a busier workload) is
-//! learned between runs; meanwhile a run only goes slower, never below its minimum rate.
-//! The signal is this process's claims: a sweeper in a process that claims nothing (the
-//! `idemgate sweep` command) runs at full speed.
+//! **The baseline** is the claim-weighted mean latency of the claims clear of every batch,
+//! over periods of at least [`BASELINE_PERIOD`] (and [`BASELINE_MIN_CLAIMS`] claims), followed
+//! with a time constant of [`BASELINE_TAU`] (the plain mean of the periods until there are that
+//! many): an average, not a floor, since a floor sits below the latency's own noise and takes
+//! every batch for a slowdown. It keeps learning while a run is under way, from the claims
+//! between its batches. Claims that get slower for another reason (a table that grows, a busier
+//! workload, another process on the machine) are slower between batches too, and a run does not
+//! take that for its own doing. (An earlier design froze the baseline for the whole run: claims
+//! that drifted slower during a long run then held it at its slowest pace for good, about 1,500
+//! rows a second, which a store that sees more expiries than that never catches up with.) What a
+//! batch leaves behind it, WAL to flush or a checkpoint brought forward, reaches the baseline
+//! too, slowly. The signal is this process's claims: a sweeper in a process that claims nothing
+//! (the `idemgate sweep` command) runs at full speed.
 //!
 //! [`Sweep::claim_latency`]: crate::Sweep::claim_latency
 
@@ -99,17 +108,19 @@ impl Acc {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Since the sweeper last looked.
+    /// Every claim since the sweeper last looked.
     window: Acc,
-    /// The baseline period being gathered, and when it began.
+    /// The baseline period being gathered (clear claims only), and when it began.
     period: Acc,
     period_from: Option<Instant>,
     /// Seconds.
     baseline: Option<f64>,
     /// Periods the baseline has learned from.
     periods: u64,
-    /// Sweep runs under way.
-    sweeping: usize,
+    /// Sweep batches running now.
+    batches: usize,
+    /// When the last sweep batch ended.
+    batch_ended: Option<Instant>,
 }
 
 /// The claim path's latency, recorded by the claim path and read by the sweeper (see the
@@ -122,9 +133,10 @@ pub struct ClaimLatency {
 /// What the sweeper reads between batches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reading {
-    /// The claim-weighted mean round trip since the last reading.
+    /// The claim-weighted mean round trip since the last reading: a batch and the pause before
+    /// it.
     pub recent: Duration,
-    /// The baseline: the claim path's idle latency, as learned.
+    /// The baseline: the latency of claims clear of every batch, as learned.
     pub baseline: Duration,
     /// Claims since the last reading.
     pub claims: u64,
@@ -166,6 +178,10 @@ impl ClaimLatency {
         }
         let mut s = self.lock();
         s.window.add(took, claims);
+        let sent = now.checked_sub(took).unwrap_or(now);
+        if s.batches > 0 || s.batch_ended.is_some_and(|ended| sent < ended) {
+            return;
+        }
         s.period.add(took, claims);
         let from = *s.period_from.get_or_insert(now);
         let span = now.saturating_duration_since(from);
@@ -173,16 +189,14 @@ impl ClaimLatency {
             return;
         }
         let mean = s.period.mean().unwrap_or_default();
-        if s.sweeping == 0 {
-            s.periods += 1;
-            // The mean of the periods so far until there are a time constant's worth, so the
-            // first ones (connections being made, caches cold) do not linger.
-            let k = (span.as_secs_f64() / BASELINE_TAU.as_secs_f64())
-                .max(1.0 / s.periods as f64)
-                .min(1.0);
-            let b = s.baseline.unwrap_or(mean);
-            s.baseline = Some(b + (mean - b) * k);
-        }
+        s.periods += 1;
+        // The mean of the periods so far until there are a time constant's worth, so the first
+        // ones (connections being made, caches cold) do not linger.
+        let k = (span.as_secs_f64() / BASELINE_TAU.as_secs_f64())
+            .max(1.0 / s.periods as f64)
+            .min(1.0);
+        let b = s.baseline.unwrap_or(mean);
+        s.baseline = Some(b + (mean - b) * k);
         s.period = Acc::default();
         s.period_from = Some(now);
     }
@@ -206,22 +220,32 @@ impl ClaimLatency {
         self.lock().baseline.map(Duration::from_secs_f64)
     }
 
-    /// Marks a sweep run as under way until the guard is dropped: the baseline does not rise
-    /// meanwhile.
-    pub fn sweeping(&self) -> Sweeping<'_> {
-        self.lock().sweeping += 1;
-        Sweeping(self)
+    /// Marks a sweep batch as running until the guard is dropped: claims whose round trip
+    /// overlaps it teach the baseline nothing.
+    pub fn batch(&self) -> InBatch<'_> {
+        self.batch_at_start();
+        InBatch(self)
+    }
+
+    fn batch_at_start(&self) {
+        self.lock().batches += 1;
+    }
+
+    /// Ends a batch begun with [`batch_at_start`](Self::batch_at_start) at `now`.
+    fn batch_at_end(&self, now: Instant) {
+        let mut s = self.lock();
+        s.batches = s.batches.saturating_sub(1);
+        s.batch_ended = Some(s.batch_ended.map_or(now, |ended| ended.max(now)));
     }
 }
 
-/// A sweep run under way ([`ClaimLatency::sweeping`]).
+/// A sweep batch running ([`ClaimLatency::batch`]).
 #[derive(Debug)]
-pub struct Sweeping<'a>(&'a ClaimLatency);
+pub struct InBatch<'a>(&'a ClaimLatency);
 
-impl Drop for Sweeping<'_> {
+impl Drop for InBatch<'_> {
     fn drop(&mut self) {
-        let mut s = self.0.lock();
-        s.sweeping = s.sweeping.saturating_sub(1);
+        self.0.batch_at_end(Instant::now());
     }
 }
 
@@ -473,18 +497,61 @@ mod tests {
     }
 
     #[test]
-    fn the_baseline_stands_still_while_a_sweep_runs() {
+    fn claims_beside_a_batch_teach_the_baseline_nothing() {
         let l = ClaimLatency::new();
         let mut at = Instant::now();
         feed(&l, &mut at, 1_000 * MS, 2 * MS, 4);
-        {
-            let _sweeping = l.sweeping();
-            feed(&l, &mut at, 600_000 * MS, 8 * MS, 4);
-            feed(&l, &mut at, 60_000 * MS, MS, 4);
-            assert!(close(l.baseline(), 2 * MS), "{:?}", l.baseline());
+        l.take();
+        // A batch runs for a minute: the claims meanwhile are slow, and beside it.
+        l.batch_at_start();
+        feed(&l, &mut at, 60_000 * MS, 8 * MS, 4);
+        // One sent before the batch ended and answered after it is beside it too.
+        at += MS;
+        l.batch_at_end(at);
+        l.record_at(at + MS, 8 * MS, 4);
+        assert!(close(l.baseline(), 2 * MS), "{:?}", l.baseline());
+        let r = l.take().unwrap();
+        assert!(close(Some(r.recent), 8 * MS), "{r:?}");
+        assert_eq!(r.claims, 4 * 6_000 + 4);
+        // Claims sent after it are clear, and the baseline learns from them.
+        feed(&l, &mut at, 60_000 * MS, 3 * MS, 4);
+        assert!(
+            l.baseline().unwrap() > 3 * MS - MS / 10,
+            "{:?}",
+            l.baseline()
+        );
+        assert!(close(Some(l.take().unwrap().recent), 3 * MS));
+    }
+
+    /// A long run on claims that drift slower for another reason (a table growing under them):
+    /// the baseline follows the claims between batches, so the batches are judged by their own
+    /// effect (claims beside them 1.1x the others), not by the drift (3x by the end).
+    #[test]
+    fn a_long_run_is_held_to_its_own_effect_not_to_a_drift_of_the_claims() {
+        let l = ClaimLatency::new();
+        let mut at = Instant::now();
+        feed(&l, &mut at, 2_000 * MS, 2 * MS, 4);
+        let mut p = Pacer::new(NonZeroU32::new(5_000).unwrap(), 50 * MS);
+        let mut backoffs = 0;
+        let mut last = None;
+        // Ten minutes of 100 ms batches and 50 ms pauses, the clear latency from 2 ms to 6 ms:
+        // the mean since each reading is (100 * 1.1 + 40) / 140 of it.
+        for cycle in 0..4_000u32 {
+            let clear = 2 * MS + 4 * MS * cycle / 4_000;
+            l.batch_at_start();
+            feed(&l, &mut at, 100 * MS, clear * 11 / 10, 4);
+            l.batch_at_end(at);
+            let reading = l.take();
+            backoffs += u32::from(p.step(reading).backed_off);
+            last = reading;
+            at += 10 * MS;
+            feed(&l, &mut at, 40 * MS, clear, 4);
         }
-        feed(&l, &mut at, 600_000 * MS, 8 * MS, 4);
-        assert!(l.baseline().unwrap() > 7 * MS);
+        assert_eq!(backoffs, 0);
+        let r = last.unwrap();
+        assert!((r.ratio() - 150.0 / 140.0).abs() < 0.03, "{r:?}");
+        assert!(r.baseline > 5 * MS, "{r:?}");
+        assert_eq!(p.slowdown(), 1);
     }
 
     #[test]
