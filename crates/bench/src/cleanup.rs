@@ -168,6 +168,8 @@ struct Outcome {
     longest_wait: Duration,
     wal: i64,
     wal_beyond_load: i64,
+    /// Checkpoints the server began while the cleanup ran (timed or forced by WAL volume).
+    checkpoints: i64,
     dead: i64,
     expired_left: i64,
 }
@@ -227,6 +229,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 ms(o.longest_wait),
                 mib(o.wal),
                 mib(o.wal_beyond_load),
+                o.checkpoints.to_string(),
                 o.dead.to_string(),
                 o.expired_left.to_string(),
             ]
@@ -247,6 +250,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 "longest lock wait ms",
                 "WAL MiB",
                 "WAL beyond the load MiB",
+                "checkpoints",
                 "dead tuples",
                 "expired left",
             ],
@@ -423,11 +427,13 @@ async fn run_method(
             .await;
         let cleanup_from = origin.elapsed();
         let lsn1 = wal_lsn(&admin).await?;
+        let checkpoints1 = checkpoints(&admin).await?;
         phase.finish("");
 
         let detail = clean(args, &admin, &store, schema, method, args.rows).await?;
         let cleanup_to = origin.elapsed();
         let lsn2 = wal_lsn(&admin).await?;
+        let checkpoints = checkpoints(&admin).await? - checkpoints1;
         let cleanup = cleanup_to - cleanup_from;
         let phase_secs = cleanup.as_secs_f64().ceil().max(args.after as f64) as u64;
         let phase_to = cleanup_from + Duration::from_secs(phase_secs);
@@ -444,6 +450,7 @@ async fn run_method(
             [idle_from, cleanup_from, cleanup_to, phase_to],
             [lsn0, lsn1, lsn2],
             phase_secs,
+            checkpoints,
         ))
     }
     .await;
@@ -453,8 +460,13 @@ async fn run_method(
         samples.extend(task.await??);
     }
     let waits = poller.await??;
-    let (detail, [idle_from, cleanup_from, cleanup_to, phase_to], [lsn0, lsn1, lsn2], phase_secs) =
-        outcome?;
+    let (
+        detail,
+        [idle_from, cleanup_from, cleanup_to, phase_to],
+        [lsn0, lsn1, lsn2],
+        phase_secs,
+        checkpoints,
+    ) = outcome?;
 
     // A backend that flushed its counters less than a second ago holds the next ones for up to
     // 10 s of idleness, but flushes them when it exits: close the store's connections and wait
@@ -535,6 +547,7 @@ async fn run_method(
         longest_wait,
         wal,
         wal_beyond_load: wal - (wal_per_claim * cleanup_n as f64) as i64,
+        checkpoints,
         dead,
         expired_left,
     })
@@ -786,6 +799,18 @@ async fn poll_lock_waits(
 }
 
 /// The current WAL position, in bytes.
+/// Checkpoints the server has begun since its statistics were reset, timed or requested.
+async fn checkpoints(admin: &tokio_postgres::Client) -> anyhow::Result<i64> {
+    Ok(admin
+        .query_one(
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+            &[],
+        )
+        .await
+        .context("reading pg_stat_bgwriter")?
+        .get(0))
+}
+
 async fn wal_lsn(admin: &tokio_postgres::Client) -> anyhow::Result<i64> {
     Ok(admin
         .query_one(
@@ -821,6 +846,7 @@ mod tests {
             longest_wait: Duration::ZERO,
             wal: 0,
             wal_beyond_load: 0,
+            checkpoints: 0,
             dead,
             expired_left: 0,
         }
