@@ -640,6 +640,16 @@ async fn history_partitions_past_the_retention_are_dropped() {
 // ---------------------------------------------------------------------------------------------
 // Sweeping
 
+/// Claims `n` new keys that expire 100 ms later.
+async fn claim_short_lived(store: &PgStore, n: usize) {
+    for _ in 0..n {
+        store
+            .claim(req(&key(), Duration::from_millis(100)))
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_sweep_run_stops_at_a_short_batch() {
     let (mut cfg, guard) = common::config(Expiry::Batched {
@@ -651,12 +661,7 @@ async fn a_batched_sweep_run_stops_at_a_short_batch() {
         return;
     };
     let _guard = guard;
-    for _ in 0..7 {
-        store
-            .claim(req(&key(), Duration::from_millis(100)))
-            .await
-            .unwrap();
-    }
+    claim_short_lived(&store, 7).await;
     let live = key();
     store
         .claim(req(&live, Duration::from_secs(60)))
@@ -698,12 +703,7 @@ async fn a_batched_sweep_run_goes_on_from_where_its_last_batch_ended() {
         return;
     };
     let _guard = guard;
-    for _ in 0..7 {
-        store
-            .claim(req(&key(), Duration::from_millis(100)))
-            .await
-            .unwrap();
-    }
+    claim_short_lived(&store, 7).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let raw = Arc::new(common::raw(&store.config().schema).await);
     let behind = key();
