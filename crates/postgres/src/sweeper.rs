@@ -4,9 +4,10 @@
 //! created ahead and dropped past the retention; in partitioned mode dedup partitions created
 //! ahead and dropped once their upper bound has passed), then, in batched mode, deletes expired
 //! dedup rows in bounded batches with a pause between them until a batch comes back short, each
-//! batch going on along the `expires_at` index from where the previous one ended, paced by the claims' latency ([`PgConfig::sweep_pacing`](crate::PgConfig::sweep_pacing),
-//! adaptive by default): the group-commit batcher records each claim batch's round trip, and
-//! core's [`sweep::pace`] backs a run off while those are slower than their baseline.
+//! batch going on along the `expires_at` index from where the previous one ended, paced by the
+//! claims' latency ([`PgConfig::sweep_pacing`](crate::PgConfig::sweep_pacing), adaptive by
+//! default): the group-commit batcher records each claim batch's round trip, and core's
+//! [`sweep::pace`] backs a run off while those are slower than their baseline.
 //! Partitioned mode deletes no rows: expired rows count as absent and leave with their
 //! partition. The background sweeper is core's one [`idemgate_core::sweep::spawn`]; several
 //! gateways on one schema serialize partition DDL on an advisory lock.
