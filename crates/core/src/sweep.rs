@@ -1,5 +1,5 @@
 //! Sweeping: one run ([`run`], the default of [`Sweep::sweep_run`]) is bounded batches with a
-//! pause between them until a batch comes back short; [`spawn`] (feature `tokio`) is the one
+//! pause between them until a batch comes back short; `spawn` (feature `tokio`) is the one
 //! background sweeper, a run every interval until cancelled. With [`Pacing::Adaptive`] (the
 //! default) a run gives way to claims: [`pace`] backs it off while the store's claims are slower
 //! than their baseline.
