@@ -9,7 +9,7 @@
 //! default): the group-commit batcher records each claim batch's round trip, and core's
 //! [`sweep::pace`] backs a run off while those are slower than their baseline.
 //! Partitioned mode deletes no rows: expired rows count as absent and leave with their
-//! partition. The background sweeper is core's one [`idemgate_core::sweep::spawn`]; several
+//! partition. The background sweeper is core's one `idemgate_core::sweep::spawn`; several
 //! gateways on one schema serialize partition DDL on an advisory lock.
 
 use std::future::Future;
