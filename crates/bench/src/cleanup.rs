@@ -798,28 +798,33 @@ async fn poll_lock_waits(
     Ok(out)
 }
 
-/// The current WAL position, in bytes.
 /// Checkpoints the server has begun since its statistics were reset, timed or requested.
 async fn checkpoints(admin: &tokio_postgres::Client) -> anyhow::Result<i64> {
-    Ok(admin
-        .query_one(
-            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
-            &[],
-        )
-        .await
-        .context("reading pg_stat_bgwriter")?
-        .get(0))
+    read_i64(
+        admin,
+        "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+        "reading pg_stat_bgwriter",
+    )
+    .await
 }
 
+/// The current WAL position, in bytes.
 async fn wal_lsn(admin: &tokio_postgres::Client) -> anyhow::Result<i64> {
-    Ok(admin
-        .query_one(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
-            &[],
-        )
-        .await
-        .context("reading the WAL position")?
-        .get(0))
+    read_i64(
+        admin,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
+        "reading the WAL position",
+    )
+    .await
+}
+
+/// The one bigint `sql` answers.
+async fn read_i64(
+    admin: &tokio_postgres::Client,
+    sql: &str,
+    what: &'static str,
+) -> anyhow::Result<i64> {
+    Ok(admin.query_one(sql, &[]).await.context(what)?.get(0))
 }
 
 #[cfg(test)]
