@@ -142,25 +142,50 @@ pub(crate) fn check_json_pointer(pointer: &str) -> Result<(), &'static str> {
 
 /// Reads the event id at `pointer` in a JSON body.
 ///
-/// A string is taken as is; a number as its JSON text (some senders use integer ids).
+/// A string is taken as is; a number as its exact JSON text (some senders use integer ids), never
+/// through a float: `18446744073709551616` and `18446744073709551617` are two ids.
 ///
 /// # Errors
 /// [`VerifyError::InvalidJson`] when the body does not parse, [`VerifyError::MissingEventId`] when
 /// the field is absent or null, [`VerifyError::InvalidEventId`] for any other kind of value or an
 /// id that [`EventId::new`] refuses.
 pub(crate) fn event_id_from_body(body: &[u8], pointer: &str) -> Result<EventId, VerifyError> {
-    let doc: serde_json::Value = serde_json::from_slice(body).map_err(VerifyError::InvalidJson)?;
-    match doc.pointer(pointer) {
-        None | Some(serde_json::Value::Null) => Err(VerifyError::MissingEventId {
-            location: format!("body {pointer}"),
-        }),
-        Some(serde_json::Value::String(id)) => {
-            EventId::new(id.as_str()).map_err(VerifyError::InvalidEventId)
+    use serde_json::value::RawValue;
+    let missing = || VerifyError::MissingEventId {
+        location: format!("body {pointer}"),
+    };
+    // The whole body is parsed (and so checked) once; each step below re-reads only the value
+    // it descends into, keeping every value's text as the sender wrote it.
+    let mut at: &RawValue = serde_json::from_slice(body).map_err(VerifyError::InvalidJson)?;
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let text = at.get().trim_start();
+        let next = if text.starts_with('{') {
+            let mut object: std::collections::HashMap<String, &RawValue> =
+                serde_json::from_str(at.get()).map_err(VerifyError::InvalidJson)?;
+            object.remove(&token)
+        } else if text.starts_with('[') {
+            let array: Vec<&RawValue> =
+                serde_json::from_str(at.get()).map_err(VerifyError::InvalidJson)?;
+            // RFC 6901: an index is digits without a leading zero.
+            let index = (token == "0" || !token.starts_with('0'))
+                .then(|| token.parse::<usize>().ok())
+                .flatten();
+            index.and_then(|i| array.get(i).copied())
+        } else {
+            None
+        };
+        at = next.ok_or_else(missing)?;
+    }
+    let text = at.get().trim();
+    match text.as_bytes().first() {
+        Some(b'"') => {
+            let id: String = serde_json::from_str(text).map_err(VerifyError::InvalidJson)?;
+            EventId::new(id).map_err(VerifyError::InvalidEventId)
         }
-        Some(serde_json::Value::Number(n)) => {
-            EventId::new(n.to_string()).map_err(VerifyError::InvalidEventId)
-        }
-        Some(_) => Err(VerifyError::InvalidEventId(KeyError::EventId {
+        Some(b'-' | b'0'..=b'9') => EventId::new(text).map_err(VerifyError::InvalidEventId),
+        _ if text == "null" => Err(missing()),
+        _ => Err(VerifyError::InvalidEventId(KeyError::EventId {
             why: format!("the value at {pointer} is not a string or a number"),
         })),
     }
@@ -295,6 +320,60 @@ mod tests {
         assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
         assert_eq!(hex_decode("zz"), None);
         assert_eq!(hex_decode("é1"), None);
+    }
+
+    #[test]
+    fn numeric_ids_keep_their_exact_text() {
+        let id = |body: &str, pointer: &str| {
+            event_id_from_body(body.as_bytes(), pointer).map(|id| id.as_str().to_owned())
+        };
+        // Past u64 and past f64's integers: two ids, not one float.
+        assert_eq!(
+            id(r#"{"id": 18446744073709551616}"#, "/id").unwrap(),
+            "18446744073709551616"
+        );
+        assert_eq!(
+            id(r#"{"id": 18446744073709551617}"#, "/id").unwrap(),
+            "18446744073709551617"
+        );
+        assert_eq!(
+            id(r#"{"id": 9007199254740993}"#, "/id").unwrap(),
+            "9007199254740993"
+        );
+        assert_eq!(id(r#"{"id": -12}"#, "/id").unwrap(), "-12");
+        assert_eq!(
+            id(r#"{"a": {"b/c": [1, {"~d": "x\"y"}]}}"#, "/a/b~1c/1/~0d").unwrap(),
+            "x\"y"
+        );
+        assert_eq!(id(r#" [ "first", 7 ] "#, "/1").unwrap(), "7");
+        assert!(matches!(
+            id(r#"{"id": null}"#, "/id"),
+            Err(VerifyError::MissingEventId { .. })
+        ));
+        assert!(matches!(
+            id(r#"{"id": 1}"#, "/nope"),
+            Err(VerifyError::MissingEventId { .. })
+        ));
+        assert!(matches!(
+            id(r#"[1, 2]"#, "/01"),
+            Err(VerifyError::MissingEventId { .. })
+        ));
+        assert!(matches!(
+            id(r#"{"id": 1}"#, "/id/x"),
+            Err(VerifyError::MissingEventId { .. })
+        ));
+        assert!(matches!(
+            id(r#"{"id": true}"#, "/id"),
+            Err(VerifyError::InvalidEventId(_))
+        ));
+        assert!(matches!(
+            id(r#"{"id": {}}"#, "/id"),
+            Err(VerifyError::InvalidEventId(_))
+        ));
+        assert!(matches!(
+            id(r#"{"id": 1"#, "/id"),
+            Err(VerifyError::InvalidJson(_))
+        ));
     }
 
     #[test]
