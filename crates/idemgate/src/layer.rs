@@ -1,6 +1,8 @@
 //! [`IdempotencyLayer`]: exactly-once around any tower service (an axum router, a hyper
-//! service): duplicates are answered without calling it, and a 5xx or an error releases the claim
-//! so the sender's retry is processed.
+//! service): duplicates are answered without calling it. A 2xx answer completes the claim;
+//! anything else (a 404 from an unrouted path, a 400, a 429, a 5xx) or an error releases it, so
+//! the sender's retry is processed: the same rule as the gateway's forward mode. Which statuses
+//! complete is [`IdempotencyLayer::complete_on`]'s to change.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -78,6 +80,7 @@ pub struct IdempotencyLayer {
     dedup: Dedup,
     key: Arc<KeyFn>,
     body_limit: usize,
+    completes: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -103,7 +106,24 @@ impl IdempotencyLayer {
             dedup,
             key: Arc::new(key),
             body_limit: 1 << 20,
+            completes: Arc::new(|status: StatusCode| status.is_success()),
         }
+    }
+
+    /// Which of the service's answers complete the claim; every other answer releases it, so the
+    /// sender's retry runs the service again. By default only a 2xx completes: a 404 from a path
+    /// the service does not route, a 400 or a 429 is no proof the event was processed, and
+    /// completing on it would answer every retry as a duplicate while the event was never
+    /// handled. A service that answers a 4xx on purpose to stop retries of an event it refuses
+    /// for good (a 422 for a payload it will never accept) may complete on that too:
+    /// `.complete_on(|s| s.is_success() || s == StatusCode::UNPROCESSABLE_ENTITY)`.
+    #[must_use]
+    pub fn complete_on(
+        mut self,
+        completes: impl Fn(StatusCode) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.completes = Arc::new(completes);
+        self
     }
 
     /// The largest body read; a larger one is answered 413.
@@ -134,7 +154,8 @@ pub struct Idempotent<S> {
 
 /// How the inner service's answer failed.
 enum Failed<R, E> {
-    /// It answered 5xx: passed on to the sender, the claim released.
+    /// It answered a status that does not complete (by default, anything but 2xx): passed on to
+    /// the sender, the claim released.
     Status(R),
     /// It failed outright: passed on as the error, the claim released.
     Service(E),
@@ -193,13 +214,14 @@ where
                 Ok(claim) => claim,
                 Err(no) => return Ok(problem(no.status, no.kind, &no.detail).map(Either::Right)),
             };
+            let completes = layer.completes.clone();
             let once = layer
                 .dedup
                 .process_once(claim, |claimed: Claimed| async move {
                     let mut req = Request::from_parts(parts, ReqB::from(bytes));
                     req.extensions_mut().insert(claimed);
                     match inner.call(req).await {
-                        Ok(response) if response.status().is_server_error() => {
+                        Ok(response) if !completes(response.status()) => {
                             Err(Failed::Status(response))
                         }
                         Ok(response) => Ok(response),

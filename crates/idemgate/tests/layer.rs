@@ -1,5 +1,6 @@
-//! `IdempotencyLayer` around an axum router: duplicates answered without calling the handler, a
-//! 5xx releasing the claim, refusals from the key function, and a verified provider scheme.
+//! `IdempotencyLayer` around an axum router: duplicates answered without calling the handler,
+//! any answer but a 2xx (a 5xx, an unrouted path's 404, a 400, a 429) releasing the claim,
+//! refusals from the key function, and a verified provider scheme.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,8 +12,8 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 use idemgate::layer::{Refusal, verified};
 use idemgate::{
-    AnyStore, ClaimRequest, Claimed, Dedup, IdempotencyLayer, Key, Scheme, Secret, SourceName,
-    Verifier,
+    AnyStore, ClaimRequest, ClaimStore, Claimed, Dedup, IdempotencyLayer, Key, Scheme, Secret,
+    SourceName, Verifier,
 };
 use tower::ServiceExt;
 
@@ -102,6 +103,125 @@ async fn a_5xx_is_passed_on_and_releases_the_claim() {
     // The retry is processed (a fresh claim).
     assert_eq!(send(&app, Some("e-2")).await.0, StatusCode::OK);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A router whose `/hook/{status}` answers that status, counting its calls, behind `layer`.
+fn answering(calls: Arc<AtomicUsize>, layer: IdempotencyLayer) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/hook/{status}",
+            post(
+                move |axum::extract::Path(status): axum::extract::Path<u16>| {
+                    let calls = calls.clone();
+                    async move {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        StatusCode::from_u16(status).unwrap()
+                    }
+                },
+            ),
+        )
+        .layer(layer)
+}
+
+async fn post_to(app: &axum::Router, path: &str, id: &str) -> (StatusCode, String) {
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post(path)
+                .header("x-id", id)
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let outcome = response
+        .headers()
+        .get("idemgate-outcome")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (response.status(), outcome)
+}
+
+#[tokio::test]
+async fn only_a_2xx_completes_the_claim_by_default() {
+    // A delivery to a path the service does not route (404), and answers of 400, 422 and 429: none
+    // is proof the event was processed, so each releases the claim and the retry reaches the
+    // service again, never "duplicate".
+    let calls = Arc::new(AtomicUsize::new(0));
+    let dedup = Dedup::new(AnyStore::memory());
+    let layer = IdempotencyLayer::new(dedup.clone(), by_header);
+    let app = answering(calls.clone(), layer);
+    let (status, outcome) = post_to(&app, "/unrouted", "e-404").await;
+    assert_eq!((status, outcome.as_str()), (StatusCode::NOT_FOUND, ""));
+    let (status, outcome) = post_to(&app, "/unrouted", "e-404").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the retry was not answered duplicate: {outcome}"
+    );
+    let view = dedup
+        .store()
+        .lookup(&Key::parse("bus", "e-404").unwrap())
+        .await
+        .unwrap();
+    assert!(view.record.is_none(), "released, not completed: {view:?}");
+    for status in [400u16, 422, 429] {
+        let id = format!("e-{status}");
+        let before = calls.load(Ordering::SeqCst);
+        assert_eq!(
+            post_to(&app, &format!("/hook/{status}"), &id)
+                .await
+                .0
+                .as_u16(),
+            status
+        );
+        assert_eq!(
+            post_to(&app, &format!("/hook/{status}"), &id)
+                .await
+                .0
+                .as_u16(),
+            status
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            before + 2,
+            "{status}: the retry ran again"
+        );
+    }
+    // 2xx completes.
+    assert_eq!(
+        post_to(&app, "/hook/204", "e-204").await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        post_to(&app, "/hook/204", "e-204").await,
+        (StatusCode::OK, "duplicate".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn the_statuses_that_complete_are_the_callers_to_choose() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Dedup::new(AnyStore::memory()), by_header)
+        .complete_on(|s| s.is_success() || s == StatusCode::UNPROCESSABLE_ENTITY);
+    let app = answering(calls.clone(), layer);
+    assert_eq!(
+        post_to(&app, "/hook/422", "e-1").await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        post_to(&app, "/hook/422", "e-1").await,
+        (StatusCode::OK, "duplicate".to_owned())
+    );
+    assert_eq!(
+        post_to(&app, "/hook/400", "e-2").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        post_to(&app, "/hook/400", "e-2").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test]
