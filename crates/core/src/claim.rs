@@ -338,6 +338,10 @@ pub struct Record {
     /// Who holds a processing record, when its claim said ([`ClaimRequest::holder`]); `None`
     /// once done.
     pub holder: Option<Holder>,
+    /// Done by a completion (`complete`), not marked done on receipt: the event was processed
+    /// and nobody may undo it, so a `release` of it is refused
+    /// ([`StoreError::Completed`](crate::StoreError::Completed)). Always `false` while processing.
+    pub completed: bool,
 }
 
 /// One history row.

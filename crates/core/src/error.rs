@@ -11,6 +11,14 @@ pub enum StoreError {
         "stale claim token for {key} (attempt {attempt}): the claim was taken over, released or expired"
     )]
     StaleToken { key: Key, attempt: u32 },
+    /// `release` of a claim its token completed: the event was processed, and a release would
+    /// delete the record so the next delivery processed it again. Only a claim marked done on
+    /// receipt ([`ClaimMode::OnReceipt`](crate::ClaimMode::OnReceipt)) may be released once
+    /// done: that is its undo when the work fails.
+    #[error(
+        "the claim of {key} (attempt {attempt}) was completed: a completed claim cannot be released (the event was processed; releasing it would have the next delivery processed again)"
+    )]
+    Completed { key: Key, attempt: u32 },
     /// The data on disk was written by a newer idemgate.
     #[error(
         "the store was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"

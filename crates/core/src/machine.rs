@@ -82,6 +82,7 @@ pub fn claim(
             lease_until: (!on_receipt).then(|| now.plus(req.lease)),
             expires_at: now.plus(req.ttl),
             holder: if on_receipt { None } else { req.holder.clone() },
+            completed: false,
         };
         return match (late, req.late_duplicates) {
             (Some(first_seen), LateDuplicates::Reject) => {
@@ -198,6 +199,9 @@ pub enum FinishStep {
     Delete(HistoryOutcome),
     /// Nothing to change: the record is already done under this token.
     Nothing,
+    /// Refused, nothing changed: a release of a record this token completed
+    /// ([`StoreError::Completed`](crate::StoreError::Completed)).
+    Completed,
 }
 
 /// Whether `token` still holds the live record.
@@ -219,6 +223,7 @@ pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> 
                 state: RecordState::Done,
                 lease_until: None,
                 holder: None,
+                completed: true,
                 ..rec
             },
             HistoryOutcome::Completed,
@@ -227,9 +232,17 @@ pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> 
 }
 
 /// Decides `release(token)`: `None` when the token is stale. A release deletes the record so the
-/// sender's next retry is processed.
+/// sender's next retry is processed: a processing record, or one marked done on receipt (the
+/// undo of mark-on-receipt when its work fails). A record this token completed stays:
+/// [`FinishStep::Completed`].
 pub fn release(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> Option<FinishStep> {
-    holds(token, stored, now).map(|_| FinishStep::Delete(HistoryOutcome::Released))
+    holds(token, stored, now).map(|rec| {
+        if rec.completed {
+            FinishStep::Completed
+        } else {
+            FinishStep::Delete(HistoryOutcome::Released)
+        }
+    })
 }
 
 /// What `renew(token, lease)` does.

@@ -92,6 +92,12 @@ impl MemoryStore {
         let fingerprint = st.records.get(&token.key).and_then(|r| r.fingerprint);
         let outcome = match step {
             FinishStep::Nothing => return Ok(()),
+            FinishStep::Completed => {
+                return Err(StoreError::Completed {
+                    key: token.key.clone(),
+                    attempt: token.attempt,
+                });
+            }
             FinishStep::Update(rec, outcome) => {
                 st.records.insert(token.key.clone(), rec);
                 outcome

@@ -102,6 +102,8 @@ macro_rules! conformance_tests {
             stale_token_is_fenced_after_takeover,
             release_lets_the_next_delivery_claim,
             token_of_a_released_claim_stays_stale,
+            a_completed_claim_cannot_be_released,
+            a_claim_marked_on_receipt_may_be_released,
             mark_on_receipt_is_done_at_once,
             expired_record_is_absent,
             expired_processing_record_starts_over,
@@ -441,6 +443,51 @@ pub mod cases {
         store.complete(&new).await.unwrap();
     }
 
+    /// A release sent with the token that completed the claim (a worker undoing its own
+    /// completion by mistake) is refused and changes nothing: the event stays processed, its
+    /// retry a duplicate.
+    pub async fn a_completed_claim_cannot_be_released(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(&store, req(&key)).await;
+        store.complete(&token).await.unwrap();
+        let refused = store.release(&token).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Completed { key: k, attempt: 1 }) if *k == key),
+            "{refused:?}"
+        );
+        let rec = record(&store, &key).await;
+        assert_eq!((rec.state, rec.completed), (RecordState::Done, true));
+        assert!(matches!(
+            store.claim(req(&key)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+        assert_eq!(
+            outcomes(&store, &key).await,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::Completed,
+                HistoryOutcome::Duplicate
+            ],
+            "the refusal wrote nothing"
+        );
+        // Completing again is still no error.
+        store.complete(&token).await.unwrap();
+    }
+
+    /// Mark-on-receipt's undo: the record is done at the claim, and a release (its work failed)
+    /// deletes it so the sender's retry runs the work again.
+    pub async fn a_claim_marked_on_receipt_may_be_released(h: &impl Harness) {
+        let store = h.store();
+        let key = key("src");
+        let token = claimed(&store, req(&key).mode(ClaimMode::OnReceipt)).await;
+        let rec = record(&store, &key).await;
+        assert_eq!((rec.state, rec.completed), (RecordState::Done, false));
+        store.release(&token).await.unwrap();
+        assert!(store.lookup(&key).await.unwrap().record.is_none());
+        assert_eq!(claimed(&store, req(&key)).await.attempt, 1);
+    }
+
     pub async fn mark_on_receipt_is_done_at_once(h: &impl Harness) {
         let store = h.store();
         let key = key("src");
@@ -589,9 +636,6 @@ pub mod cases {
             outcomes(&store, &key).await,
             [HistoryOutcome::Claimed, HistoryOutcome::Completed]
         );
-        // Releasing a completed claim is still the holder's right: the next delivery is processed.
-        store.release(&token).await.unwrap();
-        claimed(&store, req(&key)).await;
     }
 
     /// `n` tasks send one claim each, released together by a barrier.

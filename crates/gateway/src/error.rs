@@ -111,6 +111,10 @@ pub enum AppError {
     Conflict { first_seen: Timestamp },
     #[error("the claim token is stale: the claim was taken over, released or expired")]
     StaleToken,
+    #[error(
+        "the claim was completed: a completed claim cannot be released (the event was processed; releasing it would have the next delivery processed again)"
+    )]
+    CompletedClaim,
     #[error("the downstream answered {status}")]
     ForwardFailed { status: u16 },
     /// `why` in words (a TLS failure included: an untrusted certificate, one for another name),
@@ -153,6 +157,7 @@ impl AppError {
             Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
             Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),
+            Self::CompletedClaim => (StatusCode::CONFLICT, Outcome::CompletedClaim),
             Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardFailed),
             Self::ForwardUnreachable { .. } => {
                 (StatusCode::BAD_GATEWAY, Outcome::ForwardUnreachable)
@@ -177,6 +182,7 @@ impl From<StoreError> for AppError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::StaleToken { .. } => Self::StaleToken,
+            StoreError::Completed { .. } => Self::CompletedClaim,
             e => Self::Store(e),
         }
     }

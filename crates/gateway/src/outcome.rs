@@ -64,6 +64,8 @@ outcomes! {
     Released => "released",
     /// Claim API: a token that no longer holds the claim.
     StaleToken => "stale_token",
+    /// Claim API: a release of a claim its token completed (refused: the event was processed).
+    CompletedClaim => "completed_claim",
     /// `/v1/events`: an event's record and history.
     Lookup => "lookup",
     /// `/v1/sources/{source}/replay`: dead letters moved back to the queue.

@@ -86,6 +86,24 @@ async fn claim_api_round_trip_in_every_outcome() {
     assert_eq!((r.status, r.outcome()), (200, "duplicate"));
     assert_eq!(r.json()["state"], "done");
 
+    // The token that completed the claim cannot undo it: the event stays processed.
+    let r = gw
+        .post(
+            "/v1/claims/orders/job%2F1/release",
+            auth(),
+            json!({"token": token}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.outcome()),
+        (409, "completed_claim"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.json()["type"], "urn:idemgate:problem:completed_claim");
+    let r = claim(&gw, json!({"source": "orders", "event_id": "job/1"})).await;
+    assert_eq!((r.status, r.outcome()), (200, "duplicate"));
+
     // Release: the next claim wins again.
     let r = claim(
         &gw,
@@ -137,7 +155,14 @@ async fn claim_api_round_trip_in_every_outcome() {
         .collect();
     assert_eq!(
         outcomes,
-        ["claimed", "in_flight", "conflict", "completed", "duplicate"]
+        [
+            "claimed",
+            "in_flight",
+            "conflict",
+            "completed",
+            "duplicate",
+            "duplicate"
+        ]
     );
     gw.stop().await;
 }

@@ -78,7 +78,8 @@ pub(crate) struct Finish {
     pub(crate) release: bool,
 }
 
-/// Completions and releases: `finish_batch`; each answer says whether the token held the claim.
+/// Completions and releases: `finish_batch`; each answer says whether the token held the claim
+/// (`Some(true)`), did not (`Some(false)`), or completed it and may not release it (`None`).
 pub(crate) struct Finishes;
 
 /// The callers' side of a batcher of `J`: its queue and its slots. The batcher task stops once
@@ -293,11 +294,11 @@ impl Job for Claims {
 
 impl Job for Finishes {
     type Item = Finish;
-    type Answer = bool;
+    type Answer = Option<bool>;
     const WHAT: &'static str = "a batch of completions and releases";
 
     /// One `finish_batch` call, again after creating a history partition it needed.
-    async fn send(db: &Db, batch: &[Pending<Self>]) -> Result<Vec<bool>, PgError> {
+    async fn send(db: &Db, batch: &[Pending<Self>]) -> Result<Vec<Option<bool>>, PgError> {
         db.with_partitions(0, || finish_once(db, batch)).await
     }
 }
@@ -334,7 +335,7 @@ async fn claim_fresh(db: &Db, claim: &Claim) -> Result<Option<ClaimOutcome>, PgE
     row.map(|row| outcome_of(&req.key, &row)).transpose()
 }
 
-async fn finish_once(db: &Db, batch: &[Pending<Finishes>]) -> Result<Vec<bool>, PgError> {
+async fn finish_once(db: &Db, batch: &[Pending<Finishes>]) -> Result<Vec<Option<bool>>, PgError> {
     const CONTEXT: &str = "completing and releasing a batch of claims";
     let n = batch.len();
     let mut sources = Vec::with_capacity(n);

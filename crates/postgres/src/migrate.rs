@@ -52,10 +52,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "finish_batch by key",
         sql: include_str!("../sql/migrations/0006_finish_batch_by_key.sql"),
     },
+    Migration {
+        version: 7,
+        name: "completed records",
+        sql: include_str!("../sql/migrations/0007_completed.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

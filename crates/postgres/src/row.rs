@@ -155,6 +155,7 @@ pub(crate) fn record_of(row: &Row, context: &'static str) -> Result<Record, PgEr
         lease_until: timestamp(row, "lease_until_ms", context)?,
         expires_at: Timestamp::from_millis(get(row, "expires_ms", context)?),
         holder,
+        completed: get(row, "completed", context)?,
     })
 }
 

@@ -161,7 +161,14 @@ impl PgStore {
                 release,
             })
             .await?;
-        if held { Ok(()) } else { Err(stale(token)) }
+        match held {
+            Some(true) => Ok(()),
+            Some(false) => Err(stale(token)),
+            None => Err(StoreError::Completed {
+                key: token.key.clone(),
+                attempt: token.attempt,
+            }),
+        }
     }
 
     /// One call of `register_boot`, sent again after a deadlock.

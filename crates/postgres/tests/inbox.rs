@@ -791,7 +791,7 @@ async fn a_schema_2_schema_is_refused_by_readers_and_upgraded_in_place() {
         "{err}"
     );
     let report = idemgate_postgres::migrate(&cfg).await.unwrap();
-    assert_eq!(report.applied, [3, 4, 5, 6]);
+    assert_eq!(report.applied, (3..=SCHEMA_VERSION).collect::<Vec<_>>());
     // The partition created before the migration has the new column too.
     assert_eq!(
         scalar(

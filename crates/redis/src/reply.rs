@@ -92,6 +92,9 @@ pub(crate) enum Finish {
     Released { stream_failed: bool },
     /// `{already_done}`: completing a record this token already completed; nothing written.
     AlreadyDone,
+    /// `{completed_claim}`: a release of a record this token completed; refused, nothing
+    /// written.
+    CompletedClaim,
     /// `{stale}`: the token does not hold the live record.
     Stale,
 }
@@ -108,6 +111,7 @@ impl Finish {
                 stream_failed: r.flag()?,
             },
             "already_done" => Self::AlreadyDone,
+            "completed_claim" => Self::CompletedClaim,
             "stale" => Self::Stale,
             _ => return Err(r.unknown(&name)),
         };

@@ -14,7 +14,8 @@ use std::time::Duration;
 use common::{Cleanup, TestServer, WHAT_TO_INSTALL, WHAT_TO_START, redis_url, unique_prefix};
 use idemgate_core::testkit::{self, Harness, RealTimeHarness, require_service};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, Identity, Key, MemoryStore,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, Identity, Key, MemoryStore,
+    StoreError,
 };
 use idemgate_redis::{TierConfig, TieredStore};
 
@@ -273,7 +274,32 @@ async fn hits_skip_the_inner_store_and_release_invalidates() {
         ClaimOutcome::Conflict { .. }
     ));
 
-    // A release (the holder's right, even once done) must not leave a cached Duplicate behind.
+    // A completed claim cannot be released: the cached Duplicate stays true.
+    assert!(matches!(
+        store.release(&token).await,
+        Err(StoreError::Completed { .. })
+    ));
+    assert!(matches!(
+        store.claim(req(&key)).await.unwrap(),
+        ClaimOutcome::Duplicate { .. }
+    ));
+
+    // A release of a claim marked done on receipt (its work failed) must not leave a cached
+    // Duplicate behind.
+    let key = Key::parse("hits", "evt-2").unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store
+        .claim(req(&key).mode(ClaimMode::OnReceipt))
+        .await
+        .unwrap()
+    else {
+        panic!("expected Claimed");
+    };
+    for _ in 0..3 {
+        assert!(matches!(
+            store.claim(req(&key)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
     store.release(&token).await.unwrap();
     assert!(matches!(
         store.claim(req(&key)).await.unwrap(),

@@ -1,6 +1,6 @@
 INSERT INTO dedup (source, event_id, state, attempt, nonce, fingerprint, first_seen, lease_until,
-                   expires_at, holder_instance, holder_boot)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                   expires_at, holder_instance, holder_boot, completed)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
 ON CONFLICT (source, event_id) DO UPDATE SET
     state           = excluded.state,
     attempt         = excluded.attempt,
@@ -10,4 +10,5 @@ ON CONFLICT (source, event_id) DO UPDATE SET
     lease_until     = excluded.lease_until,
     expires_at      = excluded.expires_at,
     holder_instance = excluded.holder_instance,
-    holder_boot     = excluded.holder_boot
+    holder_boot     = excluded.holder_boot,
+    completed       = excluded.completed

@@ -62,6 +62,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0002_holders.sql"),
     include_str!("../sql/0003_inbox.sql"),
     include_str!("../sql/0004_history_by_source_time.sql"),
+    include_str!("../sql/0005_completed.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
@@ -380,6 +381,7 @@ pub(crate) fn record_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<
             .map(Timestamp::from_millis),
         expires_at: Timestamp::from_millis(row.get(at + 6)?),
         holder,
+        completed: row.get(at + 9)?,
     })
 }
 

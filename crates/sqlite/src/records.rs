@@ -55,6 +55,7 @@ pub(crate) fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqli
             rec.holder.as_ref().map(|h| h.instance.as_str()),
             // Bit for bit, like the nonce.
             rec.holder.as_ref().map(|h| h.boot as i64),
+            rec.completed,
         ])
         .map(drop)
 }

@@ -347,15 +347,16 @@ fn finish(
     now: Timestamp,
     decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
 ) -> Result<(), StoreError> {
-    // `Ok(false)`: the token is stale.
-    let run = || -> rusqlite::Result<bool> {
+    // `Ok(None)`: the token is stale; `Ok(Some(false))`: refused, the claim was completed.
+    let run = || -> rusqlite::Result<Option<bool>> {
         let stored = read_record(conn, &token.key)?;
         let Some(step) = decide(token, stored.as_ref(), now) else {
-            return Ok(false);
+            return Ok(None);
         };
         let fingerprint = stored.as_ref().and_then(|r| r.fingerprint);
         let outcome = match step {
-            FinishStep::Nothing => return Ok(true),
+            FinishStep::Nothing => return Ok(Some(true)),
+            FinishStep::Completed => return Ok(Some(false)),
             FinishStep::Update(rec, outcome) => {
                 write_record(conn, &token.key, &rec)?;
                 outcome
@@ -378,11 +379,15 @@ fn finish(
             note: None,
         };
         append_history(conn, &token.key, now, &row)?;
-        Ok(true)
+        Ok(Some(true))
     };
     match run() {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(StoreError::StaleToken {
+        Ok(Some(true)) => Ok(()),
+        Ok(Some(false)) => Err(StoreError::Completed {
+            key: token.key.clone(),
+            attempt: token.attempt,
+        }),
+        Ok(None) => Err(StoreError::StaleToken {
             key: token.key.clone(),
             attempt: token.attempt,
         }),

@@ -10,7 +10,8 @@
 --   p      "1" when the last row that is processed or released is processed, "0" when it is
 --          released, absent before either (idemgate_core::Prior, kept whole however many rows
 --          the cap drops)
--- state is "p" (processing) or "d" (done); nonce is 16 hex digits; times are milliseconds since
+-- state is "p" (processing), "d" (done: marked on receipt, or a rejected late duplicate) or "c"
+-- (done by a completion, which no release may undo); nonce is 16 hex digits; times are milliseconds since
 -- the Unix epoch by this server's clock; lease_until is empty once done; holder_instance is an
 -- instance name ([A-Za-z0-9._-]) and holder_boot its boot (decimal), set only on a processing
 -- record whose claim named a holder. processed is 1 when, as of the row, the event counts as
@@ -59,10 +60,10 @@ end
 -- The record r (of either layout) with its fingerprint and holder: `g` and `o` as read.
 local function parse(KEYS, value, g, o)
   local state, attempt, nonce, fp, first_seen, lease_until, expires_at, hi, hb =
-    string.match(value, '^([pd])|(%d+)|(%x+)|([%x=]*)|(%d+)|(%d*)|(%d+)|([%w%._%-]+)|(%d+)$')
+    string.match(value, '^([pdc])|(%d+)|(%x+)|([%x=]*)|(%d+)|(%d*)|(%d+)|([%w%._%-]+)|(%d+)$')
   if not state then
     state, attempt, nonce, fp, first_seen, lease_until, expires_at =
-      string.match(value, '^([pd])|(%d+)|(%x+)|([%x=]*)|(%d+)|(%d*)|(%d+)$')
+      string.match(value, '^([pdc])|(%d+)|(%x+)|([%x=]*)|(%d+)|(%d*)|(%d+)$')
     if state and o and o ~= '' then
       hi, hb = string.match(o, '^([%w%._%-]+)|(%d+)$')
     end

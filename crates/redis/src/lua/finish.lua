@@ -3,7 +3,8 @@
 -- attempt, ARGV[7] = the token's nonce (16 hex digits).
 -- Returns {'completed', stream_failed} or {'released', stream_failed} (stream_failed is 1 when the
 -- source stream could not take the row, else 0), {'already_done'} when there was nothing to do
--- (completing a done record), {'stale'} when the token does not hold the live record.
+-- (completing a done record), {'completed_claim'} when a release names a record its token
+-- completed (refused: nothing written), {'stale'} when the token does not hold the live record.
 -- (Decoded by src/reply.rs.)
 local function finish(KEYS, ARGV)
   local now = server_now()
@@ -15,14 +16,17 @@ local function finish(KEYS, ARGV)
     return {'stale'}
   end
   if ARGV[5] == 'release' then
+    if rec.state == 'c' then
+      return {'completed_claim'}
+    end
     redis.call('HDEL', KEYS[1], 'r', 'o')
     local failed = write(KEYS, ARGV, ev, ms(now), 'released', false, ms(rec.attempt), '', rec.fp)
     return {'released', flag(failed)}
   end
-  if rec.state == 'd' then
+  if rec.state ~= 'p' then
     return {'already_done'}
   end
-  rec.state = 'd'
+  rec.state = 'c'
   rec.lease_until = nil
   local failed = write(KEYS, ARGV, ev, ms(now), 'completed', true, ms(rec.attempt), '', rec.fp,
     encode_rec(ev, rec), '')

@@ -13,7 +13,7 @@ local function renew(KEYS, ARGV)
   if not rec or rec.attempt ~= tonumber(ARGV[5]) or rec.nonce ~= ARGV[6] then
     return {'stale'}
   end
-  if rec.state == 'd' then
+  if rec.state ~= 'p' then
     return {'already_done', rec.expires_at}
   end
   local until_ms = now + tonumber(ARGV[7])

@@ -141,6 +141,10 @@ impl RedisStore {
             }),
             // Completing a done record again: nothing happened, nothing to record.
             reply::Finish::AlreadyDone => Ok(()),
+            reply::Finish::CompletedClaim => Err(StoreError::Completed {
+                key: token.key.clone(),
+                attempt: token.attempt,
+            }),
             reply::Finish::Completed { stream_failed }
             | reply::Finish::Released { stream_failed } => {
                 if !in_script {

@@ -19,13 +19,15 @@ fn opt_fingerprint(stored: &str, g: Option<&str>) -> Option<Option<Fingerprint>>
 
 /// The record `r`, with the event's fingerprint `g` and holder `o` stored beside it (see
 /// `lua/common.lua`): `state|attempt|nonce|fingerprint|first_seen|lease_until|expires_at`, held
-/// by `o` (`instance|boot`, empty for nobody). Records of the earlier layout hold their
+/// by `o` (`instance|boot`, empty for nobody). The state is `p` (processing), `d` (done) or `c`
+/// (done by a completion). Records of the earlier layout hold their
 /// fingerprint themselves and their holder as two more fields, `|holder_instance|holder_boot`.
 pub(super) fn parse_record(text: &str, g: Option<&str>, o: Option<&str>) -> Option<Record> {
     let mut f = text.split('|');
-    let state = match f.next()? {
-        "p" => RecordState::Processing,
-        "d" => RecordState::Done,
+    let (state, completed) = match f.next()? {
+        "p" => (RecordState::Processing, false),
+        "d" => (RecordState::Done, false),
+        "c" => (RecordState::Done, true),
         _ => return None,
     };
     let attempt = f.next()?.parse().ok()?;
@@ -57,6 +59,7 @@ pub(super) fn parse_record(text: &str, g: Option<&str>, o: Option<&str>) -> Opti
         lease_until,
         expires_at,
         holder,
+        completed,
     })
 }
 

@@ -348,10 +348,14 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
         } else {
             None
         };
-        // Redis cannot take the tombstone. Only a done record can have a cached answer.
+        // Redis cannot take the tombstone. Only a done record can have a cached answer; one its
+        // token completed is not released at all (the store refuses it, below).
         let view = self.inner.lookup(&token.key).await?;
         let held_done = view.record.is_some_and(|r| {
-            r.state == RecordState::Done && r.attempt == token.attempt && r.nonce == token.nonce
+            r.state == RecordState::Done
+                && !r.completed
+                && r.attempt == token.attempt
+                && r.nonce == token.nonce
         });
         if held_done {
             let why = "Redis is unreachable, so the cached answer of this completed claim cannot be invalidated; retry the release later";
