@@ -52,4 +52,4 @@ pub use store::{
     Boot, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, SourceStats, Stats,
     StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
-pub use time::{Clock, Human, ManualClock, SystemClock, Timestamp};
+pub use time::{Clock, Human, ManualClock, SteadyClock, SystemClock, Timestamp};

@@ -24,7 +24,7 @@ use crate::store::{
     Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
     StoreStats, Sweep, Timeline, TimelineCounts, random_store_id,
 };
-use crate::time::{Clock, SystemClock, Timestamp};
+use crate::time::{Clock, SteadyClock, Timestamp};
 
 /// The in-memory store. Clones share one state.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ impl Default for MemoryStore {
 impl MemoryStore {
     /// A store on the host's clock.
     pub fn new() -> Self {
-        Self::with_clock(Arc::new(SystemClock))
+        Self::with_clock(Arc::new(SteadyClock::new()))
     }
 
     /// A store on `clock` (a [`crate::ManualClock`] in tests).

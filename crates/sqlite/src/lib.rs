@@ -11,8 +11,10 @@
 //!   resolve exactly as if sent one by one.
 //! - Reads ([`ClaimStore::lookup`], [`Stats`]) run on their own connections on tokio's blocking
 //!   pool and never wait for the writer.
-//! - The claim rules are [`idemgate_core::machine`]'s, run with the store's clock (the host's, as
-//!   the store is embedded; injectable for tests).
+//! - The claim rules are [`idemgate_core::machine`]'s, run with the store's clock: the host's, as
+//!   the store is embedded, but carried by the monotonic clock ([`SteadyClock`]), so a step of
+//!   the host's wall clock moves no lease or expiry of a running process (the writer logs the
+//!   step); injectable for tests.
 //! - The schema lives in `sql/`, versioned by `PRAGMA user_version`. Its `meta` table holds the
 //!   store's [`Identity`], created with the schema.
 //! - `records`: the writes every command shares: a claim, a record upsert, a history row.
@@ -37,7 +39,7 @@ use idemgate_core::store::{
 };
 use idemgate_core::{
     Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordState, SourceName,
-    SystemClock, Timestamp,
+    SteadyClock, Timestamp,
 };
 use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -55,6 +57,9 @@ use idemgate_core::inbox::{
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "idemgate.db";
+
+/// The newest schema version this build knows (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Schema migrations, in order; `PRAGMA user_version` counts how many were applied.
 const MIGRATIONS: &[&str] = &[
@@ -86,7 +91,7 @@ impl Default for SqliteOptions {
         Self {
             batch_max: 1024,
             linger: Duration::from_micros(500),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SteadyClock::new()),
         }
     }
 }
@@ -119,7 +124,7 @@ fn sql(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> StoreError
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store in `dir`, on the host's clock.
+    /// Opens (creating if needed) the store in `dir`, on the host's clock (a [`SteadyClock`]).
     ///
     /// # Errors
     /// [`StoreError::Backend`] when the directory or database cannot be created or opened;
@@ -216,6 +221,12 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The store's clock: how far the host's wall clock has stepped away from it is its
+    /// [`Clock::wall_divergence_ms`].
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
     }
 
     /// What the writer thread has done since the store was opened.

@@ -210,6 +210,7 @@ fn run(
     let mut batch = Vec::with_capacity(batching.max);
     let mut recent = [1usize; RECENT];
     let mut turn = 0;
+    let mut steps = StepWatch::new(clock);
     while let Ok(first) = rx.recv() {
         batch.push(first);
         // Callers answered by the last commits come back with their next command within a few
@@ -233,6 +234,7 @@ fn run(
         recent[turn % RECENT] = batch.len();
         turn += 1;
         let size = batch.len();
+        steps.check(clock);
         match commit_batch(&mut conn, &batch, clock.now()) {
             Ok(answers) => {
                 counters.committed(size);
@@ -250,6 +252,44 @@ fn run(
         }
     }
     tracing::debug!("writer stopped: every handle to the store was dropped");
+}
+
+/// Says when the host's wall clock steps away from the store's clock (which rides the step out:
+/// [`idemgate_core::SteadyClock`]), once per step, looking at most once a second.
+struct StepWatch {
+    checked: Instant,
+    seen_ms: Option<i64>,
+}
+
+impl StepWatch {
+    fn new(clock: &dyn Clock) -> Self {
+        Self {
+            checked: Instant::now(),
+            seen_ms: clock.wall_divergence_ms(),
+        }
+    }
+
+    fn check(&mut self, clock: &dyn Clock) {
+        if self.checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.checked = Instant::now();
+        let Some(now) = clock.wall_divergence_ms() else {
+            return;
+        };
+        // The store's clock follows the wall clock by at most 10 ms a second: a change of a
+        // second or more since the last look is the wall clock's own step.
+        if let Some(seen) = self.seen_ms
+            && (now - seen).abs() >= 1_000
+        {
+            tracing::warn!(
+                step_ms = now - seen,
+                wall_ahead_ms = now,
+                "the host's wall clock stepped; the store keeps its own time (leases and expiries of this process are unaffected) and follows the wall clock at 1% of the time that passes"
+            );
+        }
+        self.seen_ms = Some(now);
+    }
 }
 
 /// Runs a batch in one transaction and commits it.

@@ -8,7 +8,7 @@ use idemgate_core::{
     ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key, SourceName,
     StoreError,
 };
-use idemgate_sqlite::{DB_FILE, SqliteStore};
+use idemgate_sqlite::{DB_FILE, SCHEMA_VERSION, SqliteStore};
 
 fn req(id: &str) -> ClaimRequest {
     ClaimRequest::new(
@@ -206,7 +206,7 @@ async fn a_schema_1_database_is_upgraded_in_place() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 4);
+    assert_eq!(v, SCHEMA_VERSION);
 }
 
 /// A record state or history outcome this build does not know is an error naming it, never
@@ -428,7 +428,13 @@ async fn a_schema_2_database_is_older_and_upgraded_in_place() {
     }
     let err = SqliteStore::open_existing(dir.path(), Default::default()).unwrap_err();
     assert!(
-        matches!(err, StoreError::OlderSchema { found: 2, known: 4 }),
+        matches!(
+            err,
+            StoreError::OlderSchema {
+                found: 2,
+                known: SCHEMA_VERSION
+            }
+        ),
         "{err}"
     );
     let store = SqliteStore::open(dir.path()).unwrap();
