@@ -131,6 +131,9 @@ pub enum AppError {
     Timeout { timeout: Duration },
     #[error("source {source_name} is not in inbox mode: it keeps no queue to replay")]
     NotInbox { source_name: String },
+    /// A fault of the gateway's own (logged where it happened); `what` says which, in words.
+    #[error("internal error: {what}")]
+    Internal { what: &'static str },
 }
 
 impl AppError {
@@ -169,6 +172,7 @@ impl AppError {
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, Outcome::ShuttingDown),
             Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, Outcome::RequestTimeout),
             Self::NotInbox { .. } => (StatusCode::CONFLICT, Outcome::NotInbox),
+            Self::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, Outcome::InternalError),
         }
     }
 

@@ -46,6 +46,14 @@ impl Handled {
 /// the claim, whose 2xx completes it while anything else releases it so the sender's retry is
 /// processed.
 ///
+/// The claim and the forward run on a task of their own ([`AppState::forwards`]): once a forward
+/// is sent, the downstream may have the event, so its outcome is settled by the forward's own
+/// answer or `forward_timeout`, never by this request being dropped (a sender that hangs up
+/// before a slow downstream answers, `limits.request_timeout`, the end of shutdown's grace).
+/// Meanwhile the sender's retry is answered `in_flight`. Dropped before the claim's answer, the
+/// task still claims, forwards and completes: the event is processed once, and the retry hears
+/// `duplicate`.
+///
 /// # Errors
 /// The [`AppError`] to answer with: in flight, a conflict the source rejects, a store failure,
 /// a forward that failed.
@@ -59,6 +67,30 @@ pub(crate) async fn handle(
     if src.mode == Mode::Inbox {
         return queue(state, src, claim, body, content_type).await;
     }
+    let task = {
+        let state = state.clone();
+        let name = src.name.clone();
+        state.clone().forwards.spawn(async move {
+            let src = state.source(name.as_str())?;
+            forward_once(&state, src, claim, body, content_type).await
+        })
+    };
+    task.await.unwrap_or_else(|e| {
+        tracing::error!(source = %src.name, error = %e, "a forward's task failed");
+        Err(AppError::Internal {
+            what: "the forward's task failed",
+        })
+    })
+}
+
+/// Forward mode's claim, forward, and completion or release, to its end.
+async fn forward_once(
+    state: &AppState,
+    src: &Source,
+    claim: idemgate_core::ClaimRequest,
+    body: Bytes,
+    content_type: Option<HeaderValue>,
+) -> Result<Handled, AppError> {
     // One caller of `process_once`.
     let once = state
         .dedup

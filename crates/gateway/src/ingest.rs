@@ -11,8 +11,10 @@
 //! One event's claim and forward (or queueing, in inbox mode) is `event.rs`; a SendGrid batch,
 //! each of its events claimed on its own, is `batch.rs`.
 //!
-//! If the request is dropped while the claim is held (the sender hung up, or shutdown's grace ran
-//! out), a guard releases the claim so the next delivery is processed.
+//! A forward settles itself: the claim and the forward run on a task of their own, so a request
+//! dropped while it is in flight (the sender hung up, the request timeout fired, shutdown's grace
+//! ran out) leaves the forward to finish, bounded by `forward_timeout`, and complete or release
+//! the claim on its answer; the sender's retry meanwhile is answered `in_flight`.
 
 use std::time::SystemTime;
 

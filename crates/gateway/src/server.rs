@@ -117,6 +117,7 @@ pub async fn serve(
     let dispatching = CancellationToken::new();
     let dispatchers = crate::dispatch::spawn(&state, &dispatching);
     let result = accept_loop(listener, app(state.clone()), &state, shutdown).await;
+    settle_forwards(&state).await;
     // The inbox: stop taking, let deliveries in flight finish within the grace; the rest stays
     // queued.
     dispatching.cancel();
@@ -140,9 +141,45 @@ pub async fn serve(
     result
 }
 
+/// Waits for the forwards still in flight once no request is served any more: each settles
+/// itself (its downstream's answer or its `forward_timeout`, then its completion or release),
+/// whatever became of its request. Bounded by the longest `forward_timeout` and a margin for the
+/// claim before it and the completion after.
+async fn settle_forwards(state: &AppState) {
+    state.forwards.close();
+    if state.forwards.is_empty() {
+        return;
+    }
+    let longest = state
+        .sources
+        .values()
+        .map(|s| s.forward_timeout)
+        .max()
+        .unwrap_or_default();
+    let bound = longest + FORWARD_SETTLE_MARGIN;
+    tracing::info!(
+        forwards = state.forwards.len(),
+        bound_ms = bound.as_millis() as u64,
+        "waiting for the forwards in flight to settle"
+    );
+    if tokio::time::timeout(bound, state.forwards.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            forwards = state.forwards.len(),
+            "forwards still unsettled after their timeout and the margin; their claims are left to their leases"
+        );
+    }
+}
+
+/// How long past the longest `forward_timeout` shutdown waits for forwards to settle.
+const FORWARD_SETTLE_MARGIN: Duration = Duration::from_secs(10);
+
 /// Serves HTTP/1.1 connections until `shutdown`, then drains: stops accepting, asks every
 /// connection to finish its request in flight and close, and after `grace` drops the requests
-/// still running (their claim guards release the claims).
+/// still running. A forward in flight is not dropped with its request: it runs on a task of its
+/// own and settles itself ([`settle_forwards`]).
 ///
 /// At most `limits.max_connections` connections are served at once; one beyond that is answered
 /// with a canned 503 and closed at once, so a flood of idle connections cannot take the file
@@ -230,7 +267,7 @@ async fn accept_loop(
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
             dropped = connections.len(),
-            "requests outlived the shutdown grace; dropping them and releasing their claims"
+            "requests outlived the shutdown grace; dropping them (their forwards settle themselves)"
         );
         connections.abort_all();
         while connections.join_next().await.is_some() {}

@@ -107,6 +107,9 @@ pub struct Inner {
     pub(crate) holder: Option<Holder>,
     /// Wakes the inbox dispatchers when a delivery was queued.
     pub(crate) inbox_wakeup: tokio::sync::Notify,
+    /// Forwards in flight, each on a task of its own so that it settles itself whatever becomes
+    /// of the request it came with; shutdown waits for them.
+    pub(crate) forwards: tokio_util::task::TaskTracker,
 }
 
 impl std::ops::Deref for AppState {
@@ -211,6 +214,7 @@ impl AppState {
         Self(Arc::new(Inner {
             holder,
             inbox_wakeup: tokio::sync::Notify::new(),
+            forwards: tokio_util::task::TaskTracker::new(),
             sources,
             dedup: dedup.build(),
             store,

@@ -346,13 +346,137 @@ async fn conflicts_follow_the_source_policy() {
     gw.stop().await;
 }
 
+/// Sends a signed delivery over a raw TCP connection and hangs up after `patience`, as a sender
+/// whose own timeout (Slack's 3 s, Shopify's 5 s) is shorter than the downstream's answer.
+async fn send_and_hang_up(gw: &Gateway, signed: &HeaderMap, body: &[u8], patience: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = format!(
+        "POST /hooks/stripe-live HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        gw.addr,
+        body.len()
+    );
+    for (name, value) in signed {
+        head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+    }
+    head.push_str("\r\n");
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(body).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(patience, tcp.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_err(),
+        "answered before the sender gave up: {answer:?}"
+    );
+    // Dropped: the connection closes with the forward still in flight.
+}
+
+/// Waits until the downstream has had `n` deliveries of `key`.
+async fn delivered(down: &Downstream, key: &str, n: usize) {
+    for _ in 0..500 {
+        if down.attempts(key).len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key}: {:?}, not {n} deliveries", down.attempts(key));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn shutdown_releases_claims_whose_forward_did_not_finish() {
-    let down = Downstream::start(Behaviour::Hang).await;
+async fn a_sender_that_hangs_up_before_a_slow_downstream_answers_gets_it_forwarded_once() {
+    let down = Downstream::start(Behaviour::Slow(Duration::from_millis(1_200))).await;
+    let gw = Gateway::start(&one_source(&down, "forward_timeout = \"5s\"")).await;
+    let body = body_for("stripe-live", "evt_hangup");
+    let signed = sign(&gw, "stripe-live", "evt_hangup", SystemTime::now(), &body);
+    send_and_hang_up(&gw, &signed, &body, Duration::from_millis(300)).await;
+    delivered(&down, "stripe-live:evt_hangup", 1).await;
+    // The sender's retry while the forward runs: in flight, not forwarded again.
+    let r = gw
+        .post("/hooks/stripe-live", signed.clone(), body.clone())
+        .await;
+    assert_eq!((r.status, r.outcome()), (409, "in_flight"), "{:?}", r.body);
+    assert!(r.headers.contains_key("retry-after"));
+    // Once the downstream answers, the forward completes the claim by itself.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let r = gw.post("/hooks/stripe-live", signed, body).await;
+    assert_eq!((r.status, r.outcome()), (200, "duplicate"), "{:?}", r.body);
+    assert_eq!(
+        down.attempts("stripe-live:evt_hangup"),
+        [1],
+        "forwarded once"
+    );
+    use HistoryOutcome::*;
+    assert_eq!(
+        history(&gw, "stripe-live", "evt_hangup").await,
+        [Claimed, InFlight, Completed, Duplicate]
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_timeout_during_a_forward_leaves_the_forward_to_settle() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let down = Downstream::start(Behaviour::Slow(Duration::from_millis(800))).await;
+    let config = format!(
+        "{}[limits]\nrequest_timeout = \"1s\"\n",
+        one_source(&down, "forward_timeout = \"900ms\"")
+    );
+    let gw = Gateway::start(&config).await;
+    let body = body_for("stripe-live", "evt_timeout");
+    let signed = sign(&gw, "stripe-live", "evt_timeout", SystemTime::now(), &body);
+    // A sender on a slow link: half the body, a pause, the rest. The forward starts 500 ms into
+    // the request and needs 800 ms: the request's 1 s runs out while it is in flight.
+    let mut head = format!(
+        "POST /hooks/stripe-live HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        gw.addr,
+        body.len()
+    );
+    for (name, value) in &signed {
+        head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+    }
+    head.push_str("\r\n");
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (first, rest) = body.split_at(body.len() / 2);
+    tcp.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tcp.write_all(rest).await.unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // The forward settles itself: completed on the downstream's 2xx, so the retry is a
+    // duplicate, never a second forward.
+    delivered(&down, "stripe-live:evt_timeout", 1).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = gw.post("/hooks/stripe-live", signed, body).await;
+    assert_eq!((r.status, r.outcome()), (200, "duplicate"), "{:?}", r.body);
+    assert_eq!(down.attempts("stripe-live:evt_timeout"), [1]);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forward_timeout_not_shorter_than_the_request_timeout_is_refused() {
+    let text = "[limits]\nrequest_timeout = \"10s\"\n[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nforward_url = \"http://127.0.0.1:9/hook\"\nforward_timeout = \"10s\"\n";
+    let err = idemgate_gateway::Config::from_toml(text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("forward_timeout") && err.contains("limits.request_timeout"),
+        "{err}"
+    );
+    // Inbox sources' dispatch has its own timeout, apart from any request.
+    let fine = text.replace("forward_timeout = \"10s\"", "forward_timeout = \"9s\"");
+    idemgate_gateway::Config::from_toml(&fine).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_lets_a_forward_in_flight_settle_itself() {
+    let down = Downstream::start(Behaviour::Slow(Duration::from_millis(1_000))).await;
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "{}[limits]\nshutdown_grace = \"200ms\"\n[store]\npath = {:?}\n",
-        one_source(&down, "forward_timeout = \"30s\""),
+        one_source(&down, "forward_timeout = \"5s\""),
         dir.path().display().to_string()
     );
     let gw = Gateway::start_with(&config).await;
@@ -362,21 +486,12 @@ async fn shutdown_releases_claims_whose_forward_did_not_finish() {
     let pending = tokio::spawn(async move {
         support::send(axum::http::Method::POST, &url, signed, body.into()).await
     });
-    for _ in 0..100 {
-        if !down.attempts("stripe-live:evt_shutdown").is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        down.attempts("stripe-live:evt_shutdown"),
-        [1],
-        "the forward is in flight"
-    );
+    delivered(&down, "stripe-live:evt_shutdown", 1).await;
     tokio::time::timeout(Duration::from_secs(20), gw.stop())
         .await
-        .expect("shutdown is bounded by the grace");
-    // The sender saw its connection end without a 2xx, so it will retry.
+        .expect("shutdown is bounded by the grace and the forward's timeout");
+    // The sender saw its connection end without a 2xx, so it will retry: into a duplicate, as
+    // the forward completed the claim after the grace.
     assert!(
         pending.await.unwrap().is_err(),
         "no answer for a dropped request"
@@ -386,11 +501,43 @@ async fn shutdown_releases_claims_whose_forward_did_not_finish() {
         .lookup(&Key::parse("stripe-live", "evt_shutdown").unwrap())
         .await
         .unwrap();
-    assert!(
-        view.record.is_none(),
-        "the claim was released: {:?}",
+    let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [HistoryOutcome::Claimed, HistoryOutcome::Completed],
+        "the forward settled the claim: {:?}",
         view.record
     );
+    assert_eq!(down.attempts("stripe-live:evt_shutdown"), [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_releases_a_forward_that_times_out_after_the_grace() {
+    let down = Downstream::start(Behaviour::Hang).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[limits]\nshutdown_grace = \"200ms\"\n[store]\npath = {:?}\n",
+        one_source(&down, "forward_timeout = \"700ms\""),
+        dir.path().display().to_string()
+    );
+    let gw = Gateway::start_with(&config).await;
+    let body = body_for("stripe-live", "evt_hung");
+    let signed = sign(&gw, "stripe-live", "evt_hung", SystemTime::now(), &body);
+    let url = gw.url("/hooks/stripe-live");
+    let pending = tokio::spawn(async move {
+        support::send(axum::http::Method::POST, &url, signed, body.into()).await
+    });
+    delivered(&down, "stripe-live:evt_hung", 1).await;
+    tokio::time::timeout(Duration::from_secs(20), gw.stop())
+        .await
+        .expect("bounded");
+    assert!(pending.await.unwrap().is_err());
+    let store = idemgate_sqlite::SqliteStore::open(dir.path()).unwrap();
+    let view = store
+        .lookup(&Key::parse("stripe-live", "evt_hung").unwrap())
+        .await
+        .unwrap();
+    assert!(view.record.is_none(), "released: {:?}", view.record);
     let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome).collect();
     assert_eq!(
         outcomes,

@@ -149,6 +149,11 @@ impl Dedup {
     /// One claim, with this process's holder, heard by the observer. For callers that run the
     /// rest themselves (the HTTP claim API); most want [`Dedup::process_once`].
     ///
+    /// Dropped before the store answers (a caller that gave up, a request that timed out while
+    /// the store was slow), the claim is still seen through: if the store then answers
+    /// `Claimed`, nobody holds the token, so it is released at once rather than left
+    /// `processing` for a whole lease.
+    ///
     /// # Errors
     /// The store's error; the claim then did not happen.
     pub async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
@@ -157,7 +162,15 @@ impl Dedup {
             None => req,
         };
         let started = Instant::now();
-        let result = self.inner.store.claim(req.clone()).await;
+        let lease = req.lease;
+        let store = self.inner.store.clone();
+        let asked = req.clone();
+        let mut pending = Unanswered {
+            claim: Some(Box::pin(async move { store.claim(asked).await })),
+            dedup: self.clone(),
+            lease,
+        };
+        let result = pending.answer().await;
         if let Some(observe) = &self.inner.observer {
             observe(&req, result.as_ref(), started.elapsed());
         }
@@ -333,6 +346,55 @@ impl DedupBuilder {
     /// The `Dedup`.
     pub fn build(self) -> Dedup {
         Dedup::build(self.store, self.holder, self.observer)
+    }
+}
+
+type ClaimFuture = std::pin::Pin<Box<dyn Future<Output = Result<ClaimOutcome, StoreError>> + Send>>;
+
+/// A claim sent to the store and not yet answered. Dropped before its answer, it goes on in the
+/// background, and a claim won that way (nobody will ever see its token) is released.
+struct Unanswered {
+    claim: Option<ClaimFuture>,
+    dedup: Dedup,
+    lease: Duration,
+}
+
+impl Unanswered {
+    async fn answer(&mut self) -> Result<ClaimOutcome, StoreError> {
+        let Some(claim) = self.claim.as_mut() else {
+            return Err(StoreError::Closed);
+        };
+        let result = claim.await;
+        self.claim = None;
+        result
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let dedup = self.dedup.clone();
+        let lease = self.lease;
+        runtime.spawn(async move {
+            if let Ok(ClaimOutcome::Claimed { token, .. }) = claim.await {
+                tracing::info!(
+                    source = %token.key.source,
+                    attempt = token.attempt,
+                    "releasing a claim whose caller left before the store answered"
+                );
+                dedup.inner.finisher.retry(
+                    dedup.inner.store.clone(),
+                    token,
+                    Finish::Release,
+                    lease,
+                );
+            }
+        });
     }
 }
 

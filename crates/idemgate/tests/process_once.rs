@@ -253,3 +253,33 @@ async fn the_observer_hears_every_claim() {
     ok(&dedup, "o-9", &runs).await;
     assert_eq!(heard.load(Ordering::SeqCst), 2);
 }
+
+/// A claim whose caller leaves before the store answers (a request that timed out while the
+/// store was slow) is seen through and, won, released at once: no record is left `processing`
+/// for a lease that nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_caller_left_before_the_answer_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = idemgate_sqlite::SqliteStore::open(dir.path()).unwrap();
+    let dedup = Dedup::new(AnyStore::Plain(idemgate::Engine::Sqlite(store)));
+    // Polled once (the claim goes to the SQLite writer's thread), then dropped unanswered.
+    let gave_up = tokio::time::timeout(Duration::ZERO, dedup.claim(req("o-left"))).await;
+    assert!(
+        gave_up.is_err(),
+        "the writer answered within the first poll"
+    );
+    let mut outcomes = Vec::new();
+    for _ in 0..200 {
+        let view = dedup.store().lookup(&key("o-left")).await.unwrap();
+        outcomes = view.history.iter().map(|h| h.outcome).collect::<Vec<_>>();
+        if view.record.is_none() && !outcomes.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    use idemgate::HistoryOutcome::{Claimed, Released};
+    assert_eq!(outcomes, [Claimed, Released]);
+    // The sender's retry is processed at once, not answered in_flight for a lease.
+    let runs = AtomicUsize::new(0);
+    assert_eq!(ok(&dedup, "o-left", &runs).await, Once::Processed(1));
+}

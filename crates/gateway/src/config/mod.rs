@@ -760,6 +760,21 @@ impl Config {
             }
         }
         for source in &self.sources {
+            // A forward settles itself whatever its request's fate, but a sender whose request
+            // times out first hears 408 and retries into `in_flight`: the forward must fit in it.
+            if source.mode != Mode::Inbox
+                && source.forward_url.is_some()
+                && source.forward_timeout >= self.limits.request_timeout
+            {
+                problems.push(source.invalid(
+                    "forward_timeout",
+                    format!(
+                        "{} is not shorter than limits.request_timeout ({}), which bounds the whole request (body, claim, forward, completion): the sender would hear 408 before the downstream's answer. Lower forward_timeout, or raise limits.request_timeout",
+                        Human(source.forward_timeout),
+                        Human(self.limits.request_timeout)
+                    ),
+                ));
+            }
             if source.mode == Mode::Inbox && self.store.kind == idemgate::config::StoreKind::Redis {
                 problems.push(source.invalid(
                     "mode",
