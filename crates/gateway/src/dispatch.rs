@@ -128,24 +128,30 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
             }
         }
     }
-    let grace = state.limits.shutdown_grace;
+    // A delivery already sent settles itself, as a forward does: its answer or its timeout, then
+    // its report. Cut short, its item would be delivered again by the next boot.
+    let bound = d.timeout + SETTLE_MARGIN;
     let in_flight = deliveries.len();
     if in_flight > 0 {
-        tracing::info!(in_flight, "stopping: finishing the deliveries in flight");
+        tracing::info!(in_flight, "stopping: letting the deliveries in flight settle");
     }
-    let drained = tokio::time::timeout(grace, async {
+    let drained = tokio::time::timeout(bound, async {
         while deliveries.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
         tracing::warn!(
             dropped = deliveries.len(),
-            "deliveries outlived the shutdown grace; their items stay queued"
+            "deliveries outlived their timeout and the margin; their items stay queued"
         );
         deliveries.abort_all();
         while deliveries.join_next().await.is_some() {}
     }
 }
+
+/// How long past `dispatch.timeout` a stopping dispatcher waits for its deliveries in flight
+/// (their reports to the store).
+const SETTLE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Delivers one item and reports how it went.
 #[tracing::instrument(name = "dispatch", skip_all, fields(source = %taken.key.source, event_id = %taken.key.event_id, attempt = taken.item.attempt))]
