@@ -38,11 +38,14 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| Usage(e.to_string()))?;
         config.listen = listen;
     }
-    // Everything that can fail, before binding: verifiers, the store, the tier.
-    let state = idemgate_gateway::open(&config).await.map_err(start_error)?;
+    // The listener first: a second process on the same address stops here, before it touches
+    // the store (no migration, no boot registered, no claim freed). Then everything else that can
+    // fail before serving: verifiers, the store, the tier, this boot (refused while another
+    // process holds the instance name). Connections wait in the backlog meanwhile.
     let listener = tokio::net::TcpListener::bind(config.listen.as_str())
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let state = idemgate_gateway::open(&config).await.map_err(start_error)?;
     let addr = listener.local_addr()?;
     let store = describe(&config, state.store.engine());
     if args.config.is_none() {

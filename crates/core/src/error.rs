@@ -34,6 +34,25 @@ pub enum StoreError {
     /// `what` names the place.
     #[error("{what}")]
     NoStore { what: String },
+    /// [`Instances::register_boot`](crate::Instances::register_boot): the instance's latest boot
+    /// is alive.
+    #[error(
+        "instance {} is held by a live process ({live}), whose liveness lease runs {} more and is renewed while it runs; give this process another instance name, or stop the other",
+        live.holder.instance,
+        crate::Human(live.remaining)
+    )]
+    InstanceLive { live: Box<crate::store::LiveBoot> },
+    /// [`Instances::heartbeat`](crate::Instances::heartbeat): a newer boot of the instance
+    /// registered after this one's liveness lease lapsed.
+    #[error(
+        "boot {} of instance {} was superseded by boot {by}: its liveness lease lapsed and another process started under the name",
+        holder.boot,
+        holder.instance
+    )]
+    Superseded {
+        holder: crate::claim::Holder,
+        by: u64,
+    },
     /// The store is closed or shutting down.
     #[error("the store is closed")]
     Closed,

@@ -49,7 +49,7 @@ pub use memory::MemoryStore;
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
-    Boot, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, SourceStats, Stats,
-    StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
+    Boot, BootRequest, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, LiveBoot,
+    SourceStats, Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 pub use time::{Clock, Human, ManualClock, SteadyClock, SystemClock, Timestamp};

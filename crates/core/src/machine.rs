@@ -26,6 +26,7 @@ use crate::claim::{
     Prior, Record, RecordState,
 };
 use crate::key::InstanceName;
+use crate::store::{BootRequest, LiveBoot};
 use crate::time::Timestamp;
 
 /// What a claim does: its answer, the record to write (if any) and the history row to append.
@@ -304,6 +305,94 @@ pub fn abandon(
         lease_until: Some(now),
         ..rec.clone()
     })
+}
+
+/// An instance's latest boot, as a store keeps it (one row per instance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootRow {
+    pub boot: u64,
+    pub started_at: Timestamp,
+    /// The end of its liveness lease; `None` for a boot registered before boots had leases,
+    /// which is taken for dead.
+    pub alive_until: Option<Timestamp>,
+    pub host: String,
+    pub pid: u32,
+}
+
+impl BootRow {
+    /// Whether the boot counts as alive at `now`: its lease runs.
+    pub fn alive(&self, now: Timestamp) -> bool {
+        self.alive_until.is_some_and(|until| until > now)
+    }
+
+    fn live(&self, instance: &InstanceName, now: Timestamp) -> LiveBoot {
+        let until = self.alive_until.unwrap_or(now);
+        LiveBoot {
+            holder: Holder {
+                instance: instance.clone(),
+                boot: self.boot,
+            },
+            host: self.host.clone(),
+            pid: self.pid,
+            started_at: self.started_at,
+            alive_until: until,
+            remaining: until.since(now),
+        }
+    }
+}
+
+/// Decides `register_boot(req)` against the instance's latest boot: the new boot's row, or the
+/// live boot that refuses it.
+///
+/// # Errors
+/// The [`LiveBoot`] whose lease still runs.
+pub fn register(
+    req: &BootRequest,
+    latest: Option<&BootRow>,
+    now: Timestamp,
+) -> Result<BootRow, LiveBoot> {
+    if let Some(row) = latest.filter(|row| row.alive(now)) {
+        return Err(row.live(&req.instance, now));
+    }
+    Ok(BootRow {
+        boot: latest.map_or(1, |row| row.boot.saturating_add(1)),
+        started_at: now,
+        alive_until: Some(now.plus(req.lease)),
+        host: req.host.clone(),
+        pid: req.pid,
+    })
+}
+
+/// Decides `heartbeat(holder, lease)`: the renewed row, or the boot that superseded `holder`
+/// (0 when the instance has no row at all: the store was wiped or restored).
+///
+/// # Errors
+/// The newer boot's number.
+pub fn heartbeat(
+    holder: &Holder,
+    latest: Option<&BootRow>,
+    now: Timestamp,
+    lease: Duration,
+) -> Result<BootRow, u64> {
+    match latest {
+        Some(row) if row.boot == holder.boot => Ok(BootRow {
+            alive_until: Some(now.plus(lease)),
+            ..row.clone()
+        }),
+        Some(row) => Err(row.boot),
+        None => Err(0),
+    }
+}
+
+/// Decides `end_boot(holder)`: the row with its lease ended, or `None` when `holder` is no
+/// longer the latest boot (nothing to change).
+pub fn end_boot(holder: &Holder, latest: Option<&BootRow>, now: Timestamp) -> Option<BootRow> {
+    latest
+        .filter(|row| row.boot == holder.boot)
+        .map(|row| BootRow {
+            alive_until: Some(now),
+            ..row.clone()
+        })
 }
 
 /// A fresh, unpredictable-enough nonce for a new token (never zero).

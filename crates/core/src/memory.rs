@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use crate::advise::{Observation, Tally};
 use crate::store::{
-    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
-    StoreStats, Sweep, Timeline, TimelineCounts, random_store_id,
+    Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats,
+    StoreError, StoreStats, Sweep, Timeline, TimelineCounts, random_store_id,
 };
 use crate::time::{Clock, SteadyClock, Timestamp};
 
@@ -40,7 +40,7 @@ struct State {
     history: HashMap<Key, Vec<HistoryEntry>>,
     history_rows: u64,
     /// Each instance's latest boot and when it started.
-    boots: HashMap<InstanceName, (u64, Timestamp)>,
+    boots: HashMap<InstanceName, machine::BootRow>,
     /// The inbox queue: items by id (ids grow, so by id is oldest first), dead letters included.
     items: BTreeMap<i64, inbox::Item>,
     /// The last item id given out.
@@ -205,14 +205,17 @@ impl Identity for MemoryStore {
 }
 
 impl Instances for MemoryStore {
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
-        let boot = st
-            .boots
-            .get(instance)
-            .map_or(1, |(b, _)| b.saturating_add(1));
-        st.boots.insert(instance.clone(), (boot, now));
+        let instance = &req.instance;
+        let row = machine::register(req, st.boots.get(instance), now).map_err(|live| {
+            StoreError::InstanceLive {
+                live: Box::new(live),
+            }
+        })?;
+        let boot = row.boot;
+        st.boots.insert(instance.clone(), row);
         let freed: Vec<(Key, Record)> = st
             .records
             .iter()
@@ -240,6 +243,29 @@ impl Instances for MemoryStore {
             started_at: now,
             freed: freed.len() as u64,
         })
+    }
+
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        let row = machine::heartbeat(holder, st.boots.get(&holder.instance), now, lease).map_err(
+            |by| StoreError::Superseded {
+                holder: holder.clone(),
+                by,
+            },
+        )?;
+        let until = row.alive_until.unwrap_or(now);
+        st.boots.insert(holder.instance.clone(), row);
+        Ok(until)
+    }
+
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let mut st = self.state();
+        if let Some(row) = machine::end_boot(holder, st.boots.get(&holder.instance), now) {
+            st.boots.insert(holder.instance.clone(), row);
+        }
+        Ok(())
     }
 }
 

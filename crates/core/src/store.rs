@@ -78,6 +78,65 @@ pub trait Identity {
     fn store_id(&self) -> &str;
 }
 
+/// A process asking to start as a new boot of an instance ([`Instances::register_boot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootRequest {
+    /// The instance name the process runs under.
+    pub instance: InstanceName,
+    /// How long the boot counts as alive without a heartbeat ([`Instances::heartbeat`]): its
+    /// liveness lease. A boot whose lease lapsed (the process died, or was cut off from the
+    /// store or frozen for longer) is taken for dead, and the next boot frees its claims.
+    pub lease: Duration,
+    /// Where the process runs and its pid: what a second process under the same name is told.
+    pub host: String,
+    pub pid: u32,
+}
+
+impl BootRequest {
+    /// A boot of `instance` by this process (its pid), on `host`.
+    pub fn new(instance: InstanceName, lease: Duration, host: impl Into<String>) -> Self {
+        Self {
+            instance,
+            lease,
+            host: host.into(),
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// The live boot that holds an instance name: why [`Instances::register_boot`] refused
+/// ([`StoreError::InstanceLive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveBoot {
+    pub holder: Holder,
+    /// Where it runs and its pid, as it registered them.
+    pub host: String,
+    pub pid: u32,
+    pub started_at: Timestamp,
+    /// When its liveness lease ends unless renewed, by the store's clock.
+    pub alive_until: Timestamp,
+    /// How much of it was left when the store answered.
+    pub remaining: Duration,
+}
+
+impl std::fmt::Display for LiveBoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "boot {} of instance {}, pid {} on {}, started {}",
+            self.holder.boot,
+            self.holder.instance,
+            self.pid,
+            if self.host.is_empty() {
+                "an unnamed host"
+            } else {
+                &self.host
+            },
+            self.started_at
+        )
+    }
+}
+
 /// What [`Instances::register_boot`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Boot {
@@ -89,25 +148,51 @@ pub struct Boot {
     pub freed: u64,
 }
 
-/// Gateway processes that start again: a crash costs seconds, not a lease.
+/// Gateway processes that start again: a crash costs seconds, not a lease; and a second process
+/// under a live one's name is refused before it touches anything.
+///
+/// Each boot holds a liveness lease in the store, renewed by its heartbeat and ended when it
+/// stops. Only a boot that is provably dead (its lease lapsed, or it ended it) has its claims
+/// freed by the next boot.
 pub trait Instances: Send + Sync {
-    /// Registers a new boot of `instance`, in one atomic step by the store's clock: the store's
-    /// per-instance boot counter goes up by one (the first boot is 1), and every `processing`
-    /// claim held by an *earlier* boot of `instance` whose lease is still running gets its lease
-    /// ended now, with one `abandoned` history row (with the claim's attempt) each. The next
-    /// delivery of such an event takes the claim over (attempt + 1, `reclaimed`), as after a
-    /// lapsed lease. Claims of other instances, of the new boot, or with no holder are left
-    /// alone.
+    /// Registers a new boot of `req.instance`, in one atomic step by the store's clock.
     ///
-    /// Each gateway process must run under its own instance name: a second process started under
-    /// a running one's name frees that one's claims.
+    /// When the instance's latest boot is still alive (its liveness lease running), nothing is
+    /// changed and the answer is [`StoreError::InstanceLive`], naming that boot. Otherwise the
+    /// store's per-instance boot counter goes up by one (the first boot is 1), the new boot's
+    /// lease runs `req.lease` from now, and every `processing` claim held by an *earlier* boot of
+    /// the instance whose lease is still running gets its lease ended now, with one `abandoned`
+    /// history row (with the claim's attempt) each. The next delivery of such an event takes the
+    /// claim over (attempt + 1, `reclaimed`), as after a lapsed lease. Claims of other instances,
+    /// of the new boot, or with no holder are left alone.
     ///
     /// # Errors
-    /// [`StoreError::Backend`] or [`StoreError::Closed`]; no boot was registered.
+    /// [`StoreError::InstanceLive`]: the instance runs elsewhere (or ran until moments ago and
+    /// its lease has not lapsed yet); [`StoreError::Backend`] or [`StoreError::Closed`]. No boot
+    /// was registered.
     fn register_boot(
         &self,
-        instance: &InstanceName,
+        req: &BootRequest,
     ) -> impl Future<Output = Result<Boot, StoreError>> + Send;
+
+    /// Renews `holder`'s liveness lease to the store's now + `lease` and answers its new end.
+    /// A boot whose lease lapsed may renew while no newer boot registered.
+    ///
+    /// # Errors
+    /// [`StoreError::Superseded`] when a newer boot of the instance registered (this one's lease
+    /// had lapsed): the process must stop serving under the name. [`StoreError::Backend`].
+    fn heartbeat(
+        &self,
+        holder: &Holder,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send;
+
+    /// Ends `holder`'s liveness lease now: the process stopped, so the next boot of its name
+    /// starts at once. A boot already superseded is left alone.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]; the lease then lapses by itself.
+    fn end_boot(&self, holder: &Holder) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A fresh random store id (32 hex digits), for stores whose id is not made by their database.

@@ -25,7 +25,7 @@ use crate::claim::{
     Record, RecordState,
 };
 use crate::key::{Fingerprint, InstanceName, Key};
-use crate::store::{ClaimStore, HistoryQuery, Instances, StoreError, Sweep};
+use crate::store::{Boot, BootRequest, ClaimStore, HistoryQuery, Instances, StoreError, Sweep};
 use crate::time::ManualClock;
 
 /// A fresh store for one case, and a way to let time pass on its clock.
@@ -175,6 +175,10 @@ macro_rules! instances_conformance_tests {
             a_new_boot_frees_the_claims_of_earlier_boots,
             boots_are_counted_per_instance,
             a_new_boot_leaves_lapsed_and_expired_claims_alone,
+            a_live_boot_refuses_a_second_process_and_frees_nothing,
+            a_boot_whose_liveness_lease_lapsed_is_taken_for_dead,
+            a_heartbeat_keeps_a_boot_alive,
+            a_superseded_boot_hears_so_and_cannot_end_the_new_one,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -1105,6 +1109,31 @@ pub mod cases {
         );
     }
 
+    /// The liveness lease of the boots the cases register.
+    const BOOT_LEASE: Duration = Duration::from_secs(60);
+
+    pub(super) fn boot_request(name: &InstanceName) -> BootRequest {
+        BootRequest {
+            instance: name.clone(),
+            lease: BOOT_LEASE,
+            host: "test-host".into(),
+            pid: 4242,
+        }
+    }
+
+    pub(super) async fn booted<S: Instances>(store: &S, name: &InstanceName) -> Boot {
+        store
+            .register_boot(&boot_request(name))
+            .await
+            .expect("register")
+    }
+
+    /// `prev`'s process stops (its lease ended), and the next boot of its name registers.
+    pub(super) async fn restarted<S: Instances>(store: &S, prev: &Boot) -> Boot {
+        store.end_boot(&prev.holder).await.expect("end");
+        booted(store, &prev.holder.instance).await
+    }
+
     fn holder(instance: &str, boot: u64) -> Holder {
         Holder {
             instance: InstanceName::new(instance).expect("valid instance name"),
@@ -1310,7 +1339,7 @@ pub mod cases {
     {
         let store = h.store();
         let name = InstanceName::new("gw-a").unwrap();
-        let first = store.register_boot(&name).await.expect("register");
+        let first = booted(&store, &name).await;
         assert_eq!((first.holder.clone(), first.freed), (holder("gw-a", 1), 0));
         // Held by the first boot: freed by the next.
         let abandoned = key("src");
@@ -1325,7 +1354,7 @@ pub mod cases {
         let token = claimed(&store, req(&done).holder(first.holder.clone())).await;
         store.complete(&token).await.unwrap();
 
-        let second = store.register_boot(&name).await.expect("register");
+        let second = restarted(&store, &first).await;
         assert_eq!(second.holder, holder("gw-a", 2));
         assert_eq!(second.freed, 1, "{second:?}");
         assert!(second.started_at >= first.started_at);
@@ -1374,7 +1403,7 @@ pub mod cases {
         ));
         // The third boot frees what the second holds: the claim it took over, and the one
         // claimed under its number before it was registered.
-        let third = store.register_boot(&name).await.expect("register");
+        let third = restarted(&store, &second).await;
         assert_eq!((third.holder.boot, third.freed), (3, 2), "{third:?}");
         in_flight(&store, &other).await;
     }
@@ -1390,13 +1419,155 @@ pub mod cases {
             InstanceName::new("GW_b.2").unwrap(),
         );
         let mut seen = Vec::new();
+        let mut live: Vec<Boot> = Vec::new();
         for name in [&a, &a, &b, &a, &b] {
-            let boot = store.register_boot(name).await.expect("register");
+            // Each process stops before the next of its name starts.
+            if let Some(i) = live.iter().position(|b| b.holder.instance == *name) {
+                let prev = live.remove(i);
+                store.end_boot(&prev.holder).await.expect("end");
+            }
+            let boot = booted(&store, name).await;
             assert_eq!(boot.holder.instance, *name);
             assert_eq!(boot.freed, 0);
             seen.push(boot.holder.boot);
+            live.push(boot);
         }
         assert_eq!(seen, [1, 2, 1, 3, 2]);
+    }
+
+    /// A second process started under a live boot's name (an operator's typo, a supervisor
+    /// restarting too eagerly, two hosts with one name) is refused, told which process holds the
+    /// name, and changes nothing: the live boot's claims stay its own.
+    pub async fn a_live_boot_refuses_a_second_process_and_frees_nothing<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-live").unwrap();
+        let first = booted(&store, &name).await;
+        let held = key("src");
+        claimed(&store, req(&held).holder(first.holder.clone())).await;
+        let second = BootRequest {
+            host: "other-host".into(),
+            pid: 7,
+            ..boot_request(&name)
+        };
+        match store.register_boot(&second).await {
+            Err(StoreError::InstanceLive { live }) => {
+                assert_eq!(live.holder, first.holder);
+                assert_eq!((live.host.as_str(), live.pid), ("test-host", 4242));
+                assert!(
+                    live.remaining > Duration::ZERO && live.remaining <= BOOT_LEASE,
+                    "{live:?}"
+                );
+                assert!(live.alive_until > live.started_at, "{live:?}");
+            }
+            other => panic!("a second process was not refused: {other:?}"),
+        }
+        // Nothing freed, nothing counted.
+        in_flight(&store, &held).await;
+        assert_eq!(
+            outcomes(&store, &held).await,
+            [HistoryOutcome::Claimed, HistoryOutcome::InFlight]
+        );
+        let next = restarted(&store, &first).await;
+        assert_eq!((next.holder.boot, next.freed), (2, 1), "{next:?}");
+    }
+
+    /// A boot that stops renewing (killed, cut off from the store, frozen) is taken for dead once
+    /// its liveness lease lapses: the next boot registers and frees its claims.
+    pub async fn a_boot_whose_liveness_lease_lapsed_is_taken_for_dead<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-crashed").unwrap();
+        let short = BootRequest {
+            lease: SHORT_LEASE,
+            ..boot_request(&name)
+        };
+        let first = store.register_boot(&short).await.expect("register");
+        let held = key("src");
+        claimed(&store, req(&held).holder(first.holder.clone())).await;
+        h.advance(SHORT_LEASE).await;
+        let second = store
+            .register_boot(&short)
+            .await
+            .expect("the lapsed boot is dead");
+        assert_eq!((second.holder.boot, second.freed), (2, 1), "{second:?}");
+        assert_eq!(claimed(&store, req(&held)).await.attempt, 2);
+    }
+
+    pub async fn a_heartbeat_keeps_a_boot_alive<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-beat").unwrap();
+        let lease = SHORT_LEASE * 2;
+        let short = BootRequest {
+            lease,
+            ..boot_request(&name)
+        };
+        let first = store.register_boot(&short).await.expect("register");
+        h.advance(SHORT_LEASE).await;
+        let until = store
+            .heartbeat(&first.holder, lease)
+            .await
+            .expect("heartbeat");
+        assert!(until > first.started_at.plus(lease), "renewed: {until:?}");
+        // Past the first lease, within the renewed one: still alive.
+        h.advance(SHORT_LEASE + SHORT_LEASE / 2).await;
+        assert!(matches!(
+            store.register_boot(&short).await,
+            Err(StoreError::InstanceLive { .. })
+        ));
+        // Stopped: the next boot starts at once.
+        store.end_boot(&first.holder).await.expect("end");
+        assert_eq!(
+            store
+                .register_boot(&short)
+                .await
+                .expect("register")
+                .holder
+                .boot,
+            2
+        );
+    }
+
+    /// A boot whose lease lapsed and whose name another process then took must stop: its
+    /// heartbeat says so, and neither it nor its end touches the new boot.
+    pub async fn a_superseded_boot_hears_so_and_cannot_end_the_new_one<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-cut-off").unwrap();
+        let short = BootRequest {
+            lease: SHORT_LEASE,
+            ..boot_request(&name)
+        };
+        let first = store.register_boot(&short).await.expect("register");
+        h.advance(SHORT_LEASE).await;
+        let second = booted(&store, &name).await;
+        match store.heartbeat(&first.holder, SHORT_LEASE).await {
+            Err(StoreError::Superseded { holder, by }) => {
+                assert_eq!((holder, by), (first.holder.clone(), 2));
+            }
+            other => panic!("the superseded boot was not told: {other:?}"),
+        }
+        store
+            .end_boot(&first.holder)
+            .await
+            .expect("end of a superseded boot");
+        match store.register_boot(&boot_request(&name)).await {
+            Err(StoreError::InstanceLive { live }) => assert_eq!(live.holder, second.holder),
+            other => panic!("the new boot's lease was ended by the old one: {other:?}"),
+        }
     }
 
     pub async fn a_new_boot_leaves_lapsed_and_expired_claims_alone<H>(h: &H)
@@ -1406,7 +1577,7 @@ pub mod cases {
     {
         let store = h.store();
         let name = InstanceName::new("gw-a").unwrap();
-        let first = store.register_boot(&name).await.expect("register");
+        let first = booted(&store, &name).await;
         let lapsed = key("src");
         claimed(
             &store,
@@ -1420,7 +1591,7 @@ pub mod cases {
         )
         .await;
         h.advance(SHORT_TTL).await;
-        let second = store.register_boot(&name).await.expect("register");
+        let second = restarted(&store, &first).await;
         assert_eq!(second.freed, 0, "already takeable: {second:?}");
         assert_eq!(outcomes(&store, &lapsed).await, [HistoryOutcome::Claimed]);
         assert_eq!(outcomes(&store, &expired).await, [HistoryOutcome::Claimed]);

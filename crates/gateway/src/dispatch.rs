@@ -133,7 +133,10 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
     let bound = d.timeout + SETTLE_MARGIN;
     let in_flight = deliveries.len();
     if in_flight > 0 {
-        tracing::info!(in_flight, "stopping: letting the deliveries in flight settle");
+        tracing::info!(
+            in_flight,
+            "stopping: letting the deliveries in flight settle"
+        );
     }
     let drained = tokio::time::timeout(bound, async {
         while deliveries.join_next().await.is_some() {}

@@ -16,7 +16,9 @@ use crate::outcome::Outcome;
 use crate::state::{AppState, Sources};
 use crate::store::{self, AnyStore};
 use crate::{admin, app};
-use idemgate_core::store::Instances;
+use idemgate::ErrorChain;
+use idemgate_core::StoreError;
+use idemgate_core::store::{Boot, BootRequest, Instances, LiveBoot};
 
 mod problem_io;
 
@@ -31,11 +33,23 @@ pub enum StartError {
     Serve(#[source] std::io::Error),
     #[error("cannot register this gateway's boot with the store")]
     Boot(#[source] idemgate_core::StoreError),
+    /// Another process holds this gateway's instance name: it renewed its liveness lease while
+    /// this one waited for it to lapse.
+    #[error(
+        "instance {} is held by a live process ({live}), which renewed its liveness lease while this one waited: give this process another instance name (`instance` in the config), or stop the other; nothing was changed",
+        live.holder.instance
+    )]
+    InstanceLive { live: Box<LiveBoot> },
+    /// While serving, this process's liveness lease lapsed (the store was out of reach) and
+    /// another process registered under its instance name: it stopped serving.
+    #[error("another process took this gateway's instance name; this one stopped serving")]
+    Superseded(#[source] idemgate_core::StoreError),
 }
 
 /// Opens the store, serves `listener` until `shutdown` resolves, then drains: stops accepting,
-/// lets in-flight requests finish within `limits.shutdown_grace`, finishes the claims of those
-/// that did not, and stops the sweeper.
+/// lets in-flight requests finish within `limits.shutdown_grace`, lets the forwards in flight
+/// settle, finishes what the store has not taken yet, stops the sweeper and ends this boot's
+/// liveness lease.
 ///
 /// # Errors
 /// A [`StartError`] when the store cannot be opened or the listener fails.
@@ -48,9 +62,11 @@ pub async fn run(
     serve(state, &config, listener, shutdown).await
 }
 
-/// Everything that can fail before serving: every source's verifier is built and the store is
-/// opened (reached, and migrated if needed). `idemgate serve` calls this before it binds, so it
-/// never says "listening" when it cannot serve.
+/// Everything that can fail before serving: every source's verifier is built, the store is
+/// opened (reached, and migrated if needed), and this process's boot is registered (refused
+/// while another live process holds the instance name; only then are an earlier, dead boot's
+/// claims freed). `idemgate serve` binds its listener first, so a second process on the same
+/// address stops before touching the store, and calls this before saying "listening".
 ///
 /// # Errors
 /// [`StartError::Config`] for a source that cannot be built, [`StartError::Store`] when the
@@ -67,11 +83,10 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     }
     // A new boot of this instance: the claims an earlier boot held (it crashed mid-delivery) are
     // takeable at once, so their senders' retries are processed in seconds, not after a lease.
+    // Only once that boot is provably dead: a live one refuses us, and we touch nothing.
     let instance = config.instance_name();
-    let boot = store
-        .register_boot(&instance)
-        .await
-        .map_err(StartError::Boot)?;
+    let request = BootRequest::new(instance.clone(), config.instance_lease, config::host_name());
+    let boot = register(&store, &request).await?;
     if boot.freed > 0 {
         tracing::warn!(
             instance = %instance,
@@ -90,6 +105,96 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     ))
 }
 
+/// Registers `req`'s boot. While the instance's latest boot is alive, waits for its liveness
+/// lease to lapse (a process that crashed stops renewing it): if it lapses, registers; if it is
+/// renewed meanwhile, or does not lapse within one lease and a little, the name is held by a
+/// live process, and this one is refused, naming it.
+async fn register(store: &AnyStore, req: &BootRequest) -> Result<Boot, StartError> {
+    let deadline = Instant::now() + req.lease + Duration::from_secs(2);
+    let mut seen: Option<idemgate_core::Timestamp> = None;
+    loop {
+        match store.register_boot(req).await {
+            Ok(boot) => return Ok(boot),
+            Err(StoreError::InstanceLive { live }) => {
+                let renewed = seen.is_some_and(|until| live.alive_until > until);
+                if renewed || Instant::now() >= deadline {
+                    return Err(StartError::InstanceLive { live });
+                }
+                if seen.is_none() {
+                    tracing::warn!(
+                        instance = %req.instance,
+                        holder = %live,
+                        remaining_ms = live.remaining.as_millis() as u64,
+                        "the instance name is held by a boot whose liveness lease still runs; waiting for it to lapse (a crashed process) or be renewed (a live one)"
+                    );
+                }
+                seen = Some(live.alive_until);
+                tokio::time::sleep(
+                    live.remaining.min(Duration::from_secs(1)) + Duration::from_millis(50),
+                )
+                .await;
+            }
+            Err(e) => return Err(StartError::Boot(e)),
+        }
+    }
+}
+
+/// Keeps this boot's liveness lease running: renewed every quarter of it until `stop`. When the
+/// store is out of reach for longer than the lease, says so (another process may now start
+/// under the name); when another did ([`StoreError::Superseded`]), cancels `superseded` and
+/// ends, and the gateway stops serving.
+fn spawn_heartbeat(
+    state: &AppState,
+    lease: Duration,
+    stop: CancellationToken,
+    superseded: CancellationToken,
+) -> Option<tokio::task::JoinHandle<Option<StoreError>>> {
+    let holder = state.holder.clone()?;
+    let store = state.store.clone();
+    Some(tokio::spawn(async move {
+        let every = lease / 4;
+        let mut renewed = Instant::now();
+        let mut lapsed = false;
+        let mut pause = every;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                () = tokio::time::sleep(pause) => {}
+            }
+            match store.heartbeat(&holder, lease).await {
+                Ok(_) => {
+                    if lapsed {
+                        tracing::info!(holder = %holder, "the liveness lease is renewed again");
+                    }
+                    renewed = Instant::now();
+                    lapsed = false;
+                    pause = every;
+                }
+                Err(e @ StoreError::Superseded { .. }) => {
+                    tracing::error!(error = %ErrorChain(&e), "another process started under this gateway's instance name while its liveness lease had lapsed; this one stops serving");
+                    superseded.cancel();
+                    return Some(e);
+                }
+                Err(e) => {
+                    let since = renewed.elapsed();
+                    if since >= lease && !lapsed {
+                        tracing::error!(
+                            holder = %holder,
+                            since_ms = since.as_millis() as u64,
+                            error = %ErrorChain(&e),
+                            "this boot's liveness lease lapsed (the store is out of reach): another process could now start under its instance name and free its claims"
+                        );
+                        lapsed = true;
+                    } else {
+                        tracing::warn!(error = %ErrorChain(&e), "cannot renew this boot's liveness lease; trying again");
+                    }
+                    pause = every.min(Duration::from_secs(1));
+                }
+            }
+        }
+    }))
+}
+
 /// Serves `listener` with a state from [`open`] (or built over a store of the caller's), until
 /// `shutdown`; as [`run`].
 ///
@@ -102,6 +207,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let cancel = CancellationToken::new();
+    let superseded = CancellationToken::new();
+    let heartbeat = spawn_heartbeat(
+        &state,
+        config.instance_lease,
+        cancel.clone(),
+        superseded.clone(),
+    );
+    let shutdown = {
+        let superseded = superseded.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = superseded.cancelled() => {}
+            }
+        }
+    };
     let sweeper = admin::spawn_sweeper(
         &state,
         config.store.sweep_interval,
@@ -137,8 +258,22 @@ pub async fn serve(
     cancel.cancel();
     let _ = sweeper.await;
     let _ = retention.await;
+    let superseded_by = match heartbeat {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
+    // Stopped with everything settled: the next boot of this name may start at once.
+    if superseded_by.is_none()
+        && let Some(holder) = &state.holder
+        && let Err(e) = state.store.end_boot(holder).await
+    {
+        tracing::warn!(error = %ErrorChain(&e), "cannot end this boot's liveness lease; the next start under its name waits for it to lapse");
+    }
     tracing::info!("stopped");
-    result
+    match superseded_by {
+        Some(e) => Err(StartError::Superseded(e)),
+        None => result,
+    }
 }
 
 /// Waits for the forwards still in flight once no request is served any more: each settles

@@ -240,6 +240,11 @@ impl AppState {
             })
     }
 
+    /// This process's instance and boot, when it registered one ([`crate::open`]).
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holder.as_ref()
+    }
+
     /// The metrics label for a source name: the name if configured, else `unknown` (one label,
     /// however many names are tried).
     pub(crate) fn label<'a>(&self, name: &'a str) -> &'a str {
@@ -276,12 +281,14 @@ impl AppState {
         ok
     }
 
-    /// Claims through the store (timed, counted and logged in one place, `observe_claim`).
+    /// The claim API's claim, for a worker (timed, counted and logged in one place,
+    /// `observe_claim`). It names no holder: the worker holds it, not this process.
     ///
     /// # Errors
     /// The store's error, as [`AppError::Store`].
     pub async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, AppError> {
-        Ok(self.dedup.claim(req).await?)
+        // The worker holds it, not this process: a restart of the gateway must not free it.
+        Ok(self.dedup.claim_for_another(req).await?)
     }
 
     /// Inbox mode: claims `req` and queues `item` in one step (counted and logged as claims

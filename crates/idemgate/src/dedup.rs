@@ -161,6 +161,20 @@ impl Dedup {
             Some(holder) => req.holder(holder.clone()),
             None => req,
         };
+        self.claim_as_asked(req).await
+    }
+
+    /// One claim as [`Dedup::claim`] makes it, but without this process's holder: for claims it
+    /// hands to someone else to process (the HTTP claim API's workers). Such a claim is not this
+    /// process's to free when it starts again; it waits out its lease if its worker dies.
+    ///
+    /// # Errors
+    /// The store's error; the claim then did not happen.
+    pub async fn claim_for_another(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.claim_as_asked(req).await
+    }
+
+    async fn claim_as_asked(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let started = Instant::now();
         let lease = req.lease;
         let store = self.inner.store.clone();

@@ -59,10 +59,10 @@ pub use crate::store::{AnyStore, Engine, Migrated, OpenError, migrate};
 pub use crate::view::EventReport;
 
 pub use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventId, EventView, Fingerprint,
-    HistoryEntry, HistoryOutcome, HistoryQuery, HistoryRetention, Holder, InstanceName, Instances,
-    Key, KeyError, LateDuplicates, MemoryStore, Record, RecordState, SourceName, Stats, StoreError,
-    Sweep, Timestamp,
+    BootRequest, ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventId, EventView,
+    Fingerprint, HistoryEntry, HistoryOutcome, HistoryQuery, HistoryRetention, Holder,
+    InstanceName, Instances, Key, KeyError, LateDuplicates, LiveBoot, MemoryStore, Record,
+    RecordState, SourceName, Stats, StoreError, Sweep, Timestamp,
 };
 pub use idemgate_providers::{Scheme, Secret, Verifier, VerifyError};
 

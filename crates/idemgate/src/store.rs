@@ -12,13 +12,13 @@ use idemgate_core::inbox::{
     DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
 };
 use idemgate_core::store::{
-    Boot, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError, StoreStats, Sweep,
-    Timeline, TimelineCounts,
+    Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError,
+    StoreStats, Sweep, Timeline, TimelineCounts,
 };
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder, InstanceName, Key, MemoryStore,
-    SourceName, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder, Key, MemoryStore, SourceName,
+    Timestamp,
 };
 
 #[cfg_attr(
@@ -418,15 +418,39 @@ impl Identity for Engine {
 }
 
 impl Instances for Engine {
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
         match self {
-            Self::Memory(s) => s.register_boot(instance).await,
+            Self::Memory(s) => s.register_boot(req).await,
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.register_boot(instance).await,
+            Self::Sqlite(s) => s.register_boot(req).await,
             #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.register_boot(instance).await,
+            Self::Postgres(s) => s.register_boot(req).await,
             #[cfg(feature = "redis")]
-            Self::Redis(s) => s.register_boot(instance).await,
+            Self::Redis(s) => s.register_boot(req).await,
+        }
+    }
+
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        match self {
+            Self::Memory(s) => s.heartbeat(holder, lease).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.heartbeat(holder, lease).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.heartbeat(holder, lease).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.heartbeat(holder, lease).await,
+        }
+    }
+
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.end_boot(holder).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.end_boot(holder).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.end_boot(holder).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.end_boot(holder).await,
         }
     }
 }
@@ -574,11 +598,27 @@ impl Identity for AnyStore {
 }
 
 impl Instances for AnyStore {
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
         match self {
-            Self::Plain(s) => s.register_boot(instance).await,
+            Self::Plain(s) => s.register_boot(req).await,
             #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.register_boot(instance).await,
+            Self::Tiered(s) => s.register_boot(req).await,
+        }
+    }
+
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        match self {
+            Self::Plain(s) => s.heartbeat(holder, lease).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.heartbeat(holder, lease).await,
+        }
+    }
+
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        match self {
+            Self::Plain(s) => s.end_boot(holder).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.end_boot(holder).await,
         }
     }
 }

@@ -57,10 +57,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "completed records",
         sql: include_str!("../sql/migrations/0007_completed.sql"),
     },
+    Migration {
+        version: 8,
+        name: "boot leases",
+        sql: include_str!("../sql/migrations/0008_boot_leases.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

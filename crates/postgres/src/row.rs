@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemgate_core::inbox::{AttemptLog, DeadLetter, InboxStats, ItemRef, QueuedItem, Taken};
 use idemgate_core::{
     Boot, ClaimOutcome, ClaimToken, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
-    InstanceName, Key, Record, RecordState, SourceName, SourceStats, Timestamp,
+    InstanceName, Key, LiveBoot, Record, RecordState, SourceName, SourceStats, Timestamp,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
@@ -175,20 +175,35 @@ pub(crate) fn history_entry_of(row: &Row, context: &'static str) -> Result<Histo
     })
 }
 
-/// The row of `sql/register_boot.sql`: the new boot of `instance`.
+/// The row of `sql/register_boot.sql`: the new boot of `instance`, or the live one that
+/// refused it.
 pub(crate) fn boot_of(
     instance: &InstanceName,
     row: &Row,
     context: &'static str,
-) -> Result<Boot, PgError> {
-    Ok(Boot {
-        holder: Holder {
-            instance: instance.clone(),
-            boot: count(get(row, "r_boot", context)?),
-        },
-        started_at: Timestamp::from_millis(get(row, "r_started_ms", context)?),
+) -> Result<Result<Boot, LiveBoot>, PgError> {
+    let holder = Holder {
+        instance: instance.clone(),
+        boot: count(get(row, "r_boot", context)?),
+    };
+    let started_at = Timestamp::from_millis(get(row, "r_started_ms", context)?);
+    if get::<bool>(row, "r_live", context)? {
+        let until = Timestamp::from_millis(get(row, "r_alive_until_ms", context)?);
+        let now = Timestamp::from_millis(get(row, "r_now_ms", context)?);
+        return Ok(Err(LiveBoot {
+            holder,
+            host: get(row, "r_host", context)?,
+            pid: u32::try_from(get::<i32>(row, "r_pid", context)?).unwrap_or(0),
+            started_at,
+            alive_until: until,
+            remaining: until.since(now),
+        }));
+    }
+    Ok(Ok(Boot {
+        holder,
+        started_at,
         freed: count(get(row, "r_freed", context)?),
-    })
+    }))
 }
 
 /// One row of `sql/stats_sources.sql`.

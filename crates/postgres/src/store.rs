@@ -9,9 +9,9 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
-    Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, HistoryOutcome,
-    HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
-    StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
+    Boot, BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView,
+    HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, LiveBoot,
+    SourceName, Stats, StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
 };
 
 use crate::batch::{Batcher, Claim, Claims, Finish, Finishes};
@@ -23,6 +23,7 @@ use crate::row::{self, count, millis, ms};
 
 const RENEW: &str = include_str!("../sql/renew.sql");
 const REGISTER_BOOT: &str = include_str!("../sql/register_boot.sql");
+const HEARTBEAT_BOOT: &str = include_str!("../sql/heartbeat_boot.sql");
 const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
 const LOOKUP_HISTORY: &str = include_str!("../sql/lookup_history.sql");
 const STATS_SOURCES: &str = include_str!("../sql/stats_sources.sql");
@@ -171,9 +172,13 @@ impl PgStore {
         }
     }
 
-    /// One call of `register_boot`, sent again after a deadlock.
-    async fn new_boot(&self, instance: &InstanceName) -> Result<Boot, PgError> {
+    /// One call of `register_boot`, sent again after a deadlock: the new boot, or the live one
+    /// that refuses it.
+    async fn new_boot(&self, req: &BootRequest) -> Result<Result<Boot, LiveBoot>, PgError> {
         const CONTEXT: &str = "registering a boot";
+        let instance = &req.instance;
+        let lease = millis(req.lease);
+        let pid = i32::try_from(req.pid).unwrap_or(i32::MAX);
         let mut tries = 0;
         loop {
             let client = self.db().client().await?;
@@ -183,7 +188,7 @@ impl PgStore {
                 .map_err(PgError::db(CONTEXT))?;
             // One implicit transaction: a deadlock with a claim batch rolls all of it back.
             match client
-                .query_one(&stmt, &[&instance.as_str()])
+                .query_one(&stmt, &[&instance.as_str(), &lease, &req.host, &pid])
                 .await
                 .map_err(PgError::db(CONTEXT))
             {
@@ -198,6 +203,33 @@ impl PgStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// One call of `heartbeat_boot`: the lease's new end, or the boot that superseded `holder`.
+    async fn beat(
+        &self,
+        holder: &Holder,
+        lease: Option<Duration>,
+    ) -> Result<Result<Timestamp, u64>, PgError> {
+        const CONTEXT: &str = "renewing a boot's liveness lease";
+        let client = self.db().client().await?;
+        let stmt = client
+            .prepare_cached(HEARTBEAT_BOOT)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let lease = lease.map(millis);
+        let row = client
+            .query_one(
+                &stmt,
+                &[&holder.instance.as_str(), &(holder.boot as i64), &lease],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let until: Option<i64> = row::get(&row, "r_until_ms", CONTEXT)?;
+        let latest: i64 = row::get(&row, "r_latest", CONTEXT)?;
+        Ok(until
+            .map(Timestamp::from_millis)
+            .ok_or(u64::try_from(latest).unwrap_or(0)))
     }
 }
 
@@ -332,9 +364,30 @@ impl Identity for PgStore {
 impl Instances for PgStore {
     /// One call of `register_boot` (one transaction). Finding the earlier boots' claims scans
     /// `dedup`: no index on the holder, so takeovers and completions stay HOT updates.
-    #[tracing::instrument(level = "info", skip_all, fields(instance = %instance))]
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        Ok(self.new_boot(instance).await?)
+    #[tracing::instrument(level = "info", skip_all, fields(instance = %req.instance))]
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
+        self.new_boot(req)
+            .await?
+            .map_err(|live| StoreError::InstanceLive {
+                live: Box::new(live),
+            })
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.beat(holder, Some(lease))
+            .await?
+            .map_err(|by| StoreError::Superseded {
+                holder: holder.clone(),
+                by,
+            })
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        // A superseded boot has nothing left to end (`Err` here is the boot that superseded it).
+        let _ended_or_superseded = self.beat(holder, None).await?;
+        Ok(())
     }
 }
 

@@ -676,8 +676,8 @@ async fn a_new_boot_frees_the_items_of_its_earlier_boots_only() {
     };
     let gw1 = InstanceName::new("gw-1").unwrap();
     let gw2 = InstanceName::new("gw-2").unwrap();
-    let boot1 = store.register_boot(&gw1).await.unwrap();
-    let other = store.register_boot(&gw2).await.unwrap();
+    let boot1 = store.register_boot(&common::boot(&gw1)).await.unwrap();
+    let other = store.register_boot(&common::boot(&gw2)).await.unwrap();
     let (mine, theirs) = (key("hooks"), key("hooks"));
     enqueue_one(&store, &mine, "mine").await;
     enqueue_one(&store, &theirs, "theirs").await;
@@ -702,7 +702,8 @@ async fn a_new_boot_frees_the_items_of_its_earlier_boots_only() {
             .is_empty()
     );
 
-    let boot2 = store.register_boot(&gw1).await.unwrap();
+    store.end_boot(&boot1.holder).await.unwrap();
+    let boot2 = store.register_boot(&common::boot(&gw1)).await.unwrap();
     assert_eq!(boot2.holder.boot, 2);
     // Items are not claims: `freed` counts claims only.
     assert_eq!(boot2.freed, 0);
@@ -717,7 +718,8 @@ async fn a_new_boot_frees_the_items_of_its_earlier_boots_only() {
     assert_eq!(again[0].item.attempt, 2);
     assert_stale(store.delivered(first.item.clone()).await, &first.key, 1);
     // A third boot of gw-1 frees what the second took, and still nothing of gw-2's.
-    store.register_boot(&gw1).await.unwrap();
+    store.end_boot(&boot2.holder).await.unwrap();
+    store.register_boot(&common::boot(&gw1)).await.unwrap();
     store.delivered(kept.item.clone()).await.unwrap();
     assert_stale(store.delivered(again[0].item.clone()).await, &first.key, 2);
     let last = take_one(&store, &src, LONG).await;

@@ -902,13 +902,21 @@ async fn a_schema_1_schema_is_upgraded_in_place() {
 
     // Boots and abandoned rows work on the upgraded schema.
     let name = idemgate_core::InstanceName::new("gw-1").unwrap();
-    let first = store.register_boot(&name).await.unwrap();
+    let first = store.register_boot(&common::boot(&name)).await.unwrap();
     let k = key();
     store
         .claim(req(&k, Duration::from_secs(3_600)).holder(first.holder.clone()))
         .await
         .unwrap();
-    assert_eq!(store.register_boot(&name).await.unwrap().freed, 1);
+    store.end_boot(&first.holder).await.unwrap();
+    assert_eq!(
+        store
+            .register_boot(&common::boot(&name))
+            .await
+            .unwrap()
+            .freed,
+        1
+    );
     let last = store.lookup(&k).await.unwrap().history.pop().unwrap();
     assert_eq!(last.outcome, HistoryOutcome::Abandoned);
     drop(store);
@@ -952,7 +960,7 @@ async fn renew_abandon_takeover_and_complete_are_hot_updates() {
         return;
     };
     let name = idemgate_core::InstanceName::new("gw-hot").unwrap();
-    let boot = store.register_boot(&name).await.unwrap();
+    let boot = store.register_boot(&common::boot(&name)).await.unwrap();
     let k = key();
     let token = match store
         .claim(req(&k, Duration::from_secs(3_600)).holder(boot.holder.clone()))
@@ -974,6 +982,10 @@ async fn renew_abandon_takeover_and_complete_are_hot_updates() {
         .unwrap()
         .get(0);
     assert!(renewed.is_some());
+    // The first boot stops (its lease ended), and the next frees its claim.
+    tx.execute("SELECT * FROM heartbeat_boot('gw-hot', 1, NULL)", &[])
+        .await
+        .unwrap();
     let freed: i64 = tx
         .query_one("SELECT r_freed FROM register_boot('gw-hot')", &[])
         .await

@@ -179,6 +179,53 @@ impl Abandon {
     }
 }
 
+/// What `boot.lua` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BootReply {
+    /// `{booted, boot, started_at}`: the new boot.
+    Booted { boot: u64, started_at: Timestamp },
+    /// `{live, boot, started_at, host, pid, alive_until, now}`: the latest boot is alive.
+    Live {
+        boot: u64,
+        started_at: Timestamp,
+        host: String,
+        pid: u32,
+        alive_until: Timestamp,
+        now: Timestamp,
+    },
+    /// `{until, alive_until}`: the lease's new end.
+    Until(Timestamp),
+    /// `{superseded, latest}`: the boot named is not the latest (0: there is none).
+    Superseded(u64),
+}
+
+impl BootReply {
+    pub(crate) fn decode(value: Value) -> Result<Self, RedisError> {
+        let mut r = Fields::new("boot script", value)?;
+        let name = r.name()?;
+        let at = |n: i64| Timestamp::from_millis(n);
+        let reply = match name.as_str() {
+            "booted" => Self::Booted {
+                boot: r.int().and_then(|n| r.convert(n))?,
+                started_at: at(r.int()?),
+            },
+            "live" => Self::Live {
+                boot: r.int().and_then(|n| r.convert(n))?,
+                started_at: at(r.int()?),
+                host: r.name()?,
+                pid: r.int().and_then(|n| r.convert(n))?,
+                alive_until: at(r.int()?),
+                now: at(r.int()?),
+            },
+            "until" => Self::Until(at(r.int()?)),
+            "superseded" => Self::Superseded(r.int().and_then(|n| r.convert(n))?),
+            _ => return Err(r.unknown(&name)),
+        };
+        r.end()?;
+        Ok(reply)
+    }
+}
+
 /// What the tier's `fill.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fill {

@@ -48,7 +48,9 @@ async fn a_boot_frees_claims_on_every_master() {
     };
     let store = h.store();
     let name = InstanceName::new("gw-spread").unwrap();
-    let first = store.register_boot(&name).await.unwrap();
+    let boot =
+        || idemgate_core::BootRequest::new(name.clone(), Duration::from_secs(60), "test-host");
+    let first = store.register_boot(&boot()).await.unwrap();
     let lease = Duration::from_secs(60);
     let keys: Vec<Key> = (0..48)
         .map(|i| Key::parse("spread", &format!("boot-{i}")).unwrap())
@@ -63,7 +65,8 @@ async fn a_boot_frees_claims_on_every_master() {
             "{outcome:?}"
         );
     }
-    let second = store.register_boot(&name).await.unwrap();
+    store.end_boot(&first.holder).await.unwrap();
+    let second = store.register_boot(&boot()).await.unwrap();
     assert_eq!((second.holder.boot, second.freed), (2, 48));
     for key in &keys {
         match store

@@ -181,7 +181,9 @@ async fn events_of_the_earlier_layout_still_read() {
     let store = RedisStore::connect(cfg).await.unwrap();
     let mut con = server.sync_conn();
     let gw = InstanceName::new("gw-1").unwrap();
-    let first = store.register_boot(&gw).await.unwrap().holder.boot;
+    let boot = || idemgate_core::BootRequest::new(gw.clone(), Duration::from_secs(60), "test-host");
+    let first_boot = store.register_boot(&boot()).await.unwrap();
+    let first = first_boot.holder.boot;
     let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
     let now = secs * 1_000;
     let hex = "ab".repeat(32);
@@ -226,7 +228,8 @@ async fn events_of_the_earlier_layout_still_read() {
         ClaimOutcome::InFlight { .. }
     ));
     // A new boot of gw-1 frees it, and the takeover writes the compact layout.
-    assert_eq!(store.register_boot(&gw).await.unwrap().freed, 1);
+    store.end_boot(&first_boot.holder).await.unwrap();
+    assert_eq!(store.register_boot(&boot()).await.unwrap().freed, 1);
     let ClaimOutcome::Claimed { token, .. } = store.claim(req(0xab)).await.unwrap() else {
         panic!("takeover");
     };

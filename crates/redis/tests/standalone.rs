@@ -65,7 +65,11 @@ async fn records_without_a_holder_field_still_read() {
     let rec = store.lookup(&key).await.unwrap().record.unwrap();
     assert_eq!((rec.nonce, rec.holder), (42, None));
     let boot = store
-        .register_boot(&InstanceName::new("gw-1").unwrap())
+        .register_boot(&idemgate_core::BootRequest::new(
+            InstanceName::new("gw-1").unwrap(),
+            Duration::from_secs(60),
+            "test-host",
+        ))
         .await
         .unwrap();
     assert_eq!(boot.freed, 0);

@@ -1,4 +1,10 @@
--- A new boot of instance ?1, started at ?2: the first is 1, each later one the last + 1.
-INSERT INTO instances (instance, boot, started_at) VALUES (?1, 1, ?2)
-ON CONFLICT (instance) DO UPDATE SET boot = boot + 1, started_at = excluded.started_at
-RETURNING boot
+-- The new boot of instance ?1 (decided by idemgate_core::machine::register): boot ?2, started at
+-- ?3, alive until ?4, on host ?5 as pid ?6.
+INSERT INTO instances (instance, boot, started_at, alive_until, host, pid)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (instance) DO UPDATE SET
+    boot        = excluded.boot,
+    started_at  = excluded.started_at,
+    alive_until = excluded.alive_until,
+    host        = excluded.host,
+    pid         = excluded.pid

@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry};
 use idemgate_core::store::{
-    Boot, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats, StoreError,
-    StoreStats, Sweep, Timeline, TimelineCounts,
+    Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats,
+    StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 use idemgate_core::{
     Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordState, SourceName,
@@ -68,6 +68,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0003_inbox.sql"),
     include_str!("../sql/0004_history_by_source_time.sql"),
     include_str!("../sql/0005_completed.sql"),
+    include_str!("../sql/0006_boot_leases.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
@@ -475,10 +476,29 @@ impl Identity for SqliteStore {
 }
 
 impl Instances for SqliteStore {
-    #[tracing::instrument(name = "sqlite_register_boot", level = "debug", skip_all, fields(instance = %instance))]
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        let instance = instance.clone();
-        self.send(|reply| Command::Boot(instance, reply)).await
+    #[tracing::instrument(name = "sqlite_register_boot", level = "debug", skip_all, fields(instance = %req.instance))]
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
+        let req = req.clone();
+        self.send(|reply| Command::Boot(req, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_heartbeat", level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        let holder = holder.clone();
+        self.send(|reply| Command::Heartbeat(holder, Some(lease), reply))
+            .await
+    }
+
+    #[tracing::instrument(name = "sqlite_end_boot", level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        let holder = holder.clone();
+        match self
+            .send(|reply| Command::Heartbeat(holder, None, reply))
+            .await
+        {
+            Ok(_) | Err(StoreError::Superseded { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcome, Record};
 use idemgate_core::inbox::{Failure, ItemRef, QueuedItem, ReplayFilter, Taken};
-use idemgate_core::machine::{self, FinishStep};
-use idemgate_core::store::{Boot, StoreError};
+use idemgate_core::machine::{self, BootRow, FinishStep};
+use idemgate_core::store::{Boot, BootRequest, StoreError};
 use idemgate_core::{Clock, Holder, InstanceName, Key, Timestamp};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,9 @@ pub(crate) enum Command {
     Release(ClaimToken, Reply<()>),
     Renew(ClaimToken, Duration, Reply<Timestamp>),
     /// Register a new boot of an instance and free its earlier boots' claims.
-    Boot(InstanceName, Reply<Boot>),
+    Boot(BootRequest, Reply<Boot>),
+    /// Renew a boot's liveness lease by the duration, or (`None`) end it now.
+    Heartbeat(Holder, Option<Duration>, Reply<Timestamp>),
     Sweep(NonZeroU32, Reply<u64>),
     /// Delete history older than the retention, in one bounded batch.
     PurgeHistory(Duration, NonZeroU32, Reply<u64>),
@@ -150,10 +152,12 @@ impl Command {
                 Answer::Unit(r) => Some(r),
                 _ => None,
             }))),
-            Command::Renew(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
-                Answer::Time(r) => Some(r),
-                _ => None,
-            }))),
+            Command::Renew(_, _, tx) | Command::Heartbeat(_, _, tx) => {
+                drop(tx.send(pick(answer, |a| match a {
+                    Answer::Time(r) => Some(r),
+                    _ => None,
+                })))
+            }
             Command::Boot(_, tx) => drop(tx.send(pick(answer, |a| match a {
                 Answer::Boot(r) => Some(r),
                 _ => None,
@@ -345,7 +349,8 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
         Command::Complete(token, _) => Answer::Unit(finish(conn, token, now, machine::complete)),
         Command::Release(token, _) => Answer::Unit(finish(conn, token, now, machine::release)),
         Command::Renew(token, lease, _) => Answer::Time(renew(conn, token, *lease, now)),
-        Command::Boot(instance, _) => Answer::Boot(boot(conn, instance, now)),
+        Command::Boot(req, _) => Answer::Boot(boot(conn, req, now)),
+        Command::Heartbeat(holder, lease, _) => Answer::Time(heartbeat(conn, holder, *lease, now)),
         Command::Sweep(batch, _) => Answer::Count(
             conn.prepare_cached(include_str!("../sql/sweep.sql"))
                 .and_then(|mut s| s.execute(params![now.as_millis(), batch.get()]))
@@ -471,12 +476,19 @@ fn renew(
 /// Registers a new boot of `instance` and ends the running leases its earlier boots hold, each
 /// claim's with an `abandoned` history row, each queue item's with none (its record is done), in
 /// the batch's transaction.
-fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Boot, StoreError> {
-    let run = || -> rusqlite::Result<Boot> {
-        let boot: i64 = conn
-            .prepare_cached(include_str!("../sql/boot_register.sql"))?
-            .query_row(params![instance.as_str(), now.as_millis()], |r| r.get(0))?;
-        let boot = boot as u64;
+fn boot(conn: &Connection, req: &BootRequest, now: Timestamp) -> Result<Boot, StoreError> {
+    let instance = &req.instance;
+    let run = || -> rusqlite::Result<Result<Boot, StoreError>> {
+        let row = match machine::register(req, read_boot(conn, instance)?.as_ref(), now) {
+            Ok(row) => row,
+            Err(live) => {
+                return Ok(Err(StoreError::InstanceLive {
+                    live: Box::new(live),
+                }));
+            }
+        };
+        write_boot(conn, instance, &row)?;
+        let boot = row.boot;
         let held: Vec<(Key, Record)> = conn
             .prepare_cached(include_str!("../sql/boot_held.sql"))?
             .query_map(
@@ -513,14 +525,77 @@ fn boot(conn: &Connection, instance: &InstanceName, now: Timestamp) -> Result<Bo
             freed += 1;
         }
         inbox::free_held(conn, instance, boot, now)?;
-        Ok(Boot {
+        Ok(Ok(Boot {
             holder: Holder {
                 instance: instance.clone(),
                 boot,
             },
             started_at: now,
             freed,
-        })
+        }))
     };
-    run().map_err(|e| StoreError::backend(format!("cannot register a boot of {instance}"), e))
+    run()
+        .map_err(|e| StoreError::backend(format!("cannot register a boot of {instance}"), e))
+        .flatten()
+}
+
+/// An instance's latest boot.
+fn read_boot(conn: &Connection, instance: &InstanceName) -> rusqlite::Result<Option<BootRow>> {
+    conn.prepare_cached(
+        "SELECT boot, started_at, alive_until, host, pid FROM instances WHERE instance = ?1",
+    )?
+    .query_row(params![instance.as_str()], |r| {
+        Ok(BootRow {
+            boot: r.get::<_, i64>(0)? as u64,
+            started_at: Timestamp::from_millis(r.get(1)?),
+            alive_until: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_millis),
+            host: r.get(3)?,
+            pid: r.get::<_, i64>(4)? as u32,
+        })
+    })
+    .optional()
+}
+
+fn write_boot(conn: &Connection, instance: &InstanceName, row: &BootRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(include_str!("../sql/boot_register.sql"))?
+        .execute(params![
+            instance.as_str(),
+            row.boot as i64,
+            row.started_at.as_millis(),
+            row.alive_until.map(Timestamp::as_millis),
+            row.host,
+            i64::from(row.pid),
+        ])
+        .map(drop)
+}
+
+/// Renews `holder`'s liveness lease by `lease`, or ends it now (`None`), as
+/// [`machine::heartbeat`] and [`machine::end_boot`] decide; answers the lease's new end.
+fn heartbeat(
+    conn: &Connection,
+    holder: &Holder,
+    lease: Option<Duration>,
+    now: Timestamp,
+) -> Result<Timestamp, StoreError> {
+    let run = || -> rusqlite::Result<Result<Timestamp, StoreError>> {
+        let latest = read_boot(conn, &holder.instance)?;
+        let decided = match lease {
+            Some(lease) => machine::heartbeat(holder, latest.as_ref(), now, lease),
+            None => machine::end_boot(holder, latest.as_ref(), now)
+                .ok_or_else(|| latest.as_ref().map_or(0, |row| row.boot)),
+        };
+        match decided {
+            Ok(row) => {
+                write_boot(conn, &holder.instance, &row)?;
+                Ok(Ok(row.alive_until.unwrap_or(now)))
+            }
+            Err(by) => Ok(Err(StoreError::Superseded {
+                holder: holder.clone(),
+                by,
+            })),
+        }
+    };
+    run()
+        .map_err(|e| StoreError::backend(format!("cannot renew the liveness lease of {holder}"), e))
+        .flatten()
 }

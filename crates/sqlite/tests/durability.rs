@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use idemgate_core::inbox::{Failure, Inbox, QueuedItem, ReplayFilter};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key, SourceName,
-    StoreError,
+    BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, Identity, InstanceName, Instances, Key,
+    SourceName, StoreError,
 };
 use idemgate_sqlite::{DB_FILE, SCHEMA_VERSION, SqliteStore};
 
@@ -198,7 +198,11 @@ async fn a_schema_1_database_is_upgraded_in_place() {
     assert_eq!((rec.attempt, rec.nonce, rec.holder), (1, 42, None));
     assert_eq!(view.history.len(), 1);
     let boot = store
-        .register_boot(&InstanceName::new("gw-1").unwrap())
+        .register_boot(&BootRequest::new(
+            InstanceName::new("gw-1").unwrap(),
+            Duration::from_secs(10),
+            "test-host",
+        ))
         .await
         .unwrap();
     assert_eq!((boot.holder.boot, boot.freed), (1, 0));

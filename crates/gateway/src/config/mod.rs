@@ -81,6 +81,15 @@ pub struct Config {
     /// default, `{host name}-{listen port}`, is stable across restarts and distinct on one host.
     /// 1 to 64 characters of ASCII letters, digits, `.`, `_` and `-`.
     pub instance: Option<String>,
+    /// How long this process holds its instance name without renewing it: its liveness lease
+    /// in the store, renewed every quarter of it and ended when the process stops. A second
+    /// process started under a name whose lease runs is refused, naming the first; a process
+    /// that crashed frees its name (and its claims, to the next boot) once its lease lapses, so a
+    /// restart after a crash waits at most this long. A process cut off from the store, or
+    /// frozen, for longer than this is taken for dead: keep it above the longest pause you
+    /// expect. 3 s to 10 min.
+    #[serde(default = "default_instance_lease", with = "humantime_serde")]
+    pub instance_lease: Duration,
     /// Bearer tokens accepted by `/v1` and by sources with `provider = "none"`.
     #[serde(default)]
     pub api_tokens: Vec<String>,
@@ -94,6 +103,10 @@ pub struct Config {
     pub limits: Limits,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+}
+
+fn default_instance_lease() -> Duration {
+    Duration::from_secs(15)
 }
 
 fn default_listen() -> String {
@@ -799,6 +812,15 @@ impl Config {
                 why: e.to_string(),
             });
         }
+        if !(Duration::from_secs(3)..=Duration::from_secs(600)).contains(&self.instance_lease) {
+            problems.push(ConfigError::Global {
+                key: "instance_lease",
+                why: format!(
+                    "{} is outside 3s to 10m: shorter, a busy store's pause could take a live process for dead; longer, a restart after a crash waits that long",
+                    Human(self.instance_lease)
+                ),
+            });
+        }
         for (key, d) in [
             ("limits.request_timeout", self.limits.request_timeout),
             ("limits.header_timeout", self.limits.header_timeout),
@@ -863,7 +885,7 @@ fn is_placeholder(value: &str) -> bool {
 }
 
 /// The machine's host name (Linux: the kernel's; else `HOSTNAME`), or empty.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -132,9 +132,19 @@ impl ClaimStore for TestStore {
 impl idemgate_core::Instances for TestStore {
     async fn register_boot(
         &self,
-        instance: &idemgate_core::InstanceName,
+        req: &idemgate_core::BootRequest,
     ) -> Result<idemgate_core::Boot, StoreError> {
-        self.store.register_boot(instance).await
+        self.store.register_boot(req).await
+    }
+    async fn heartbeat(
+        &self,
+        holder: &idemgate_core::Holder,
+        lease: Duration,
+    ) -> Result<idemgate_core::Timestamp, StoreError> {
+        self.store.heartbeat(holder, lease).await
+    }
+    async fn end_boot(&self, holder: &idemgate_core::Holder) -> Result<(), StoreError> {
+        self.store.end_boot(holder).await
     }
 }
 
@@ -284,4 +294,9 @@ pub async fn raw(schema: &str) -> tokio_postgres::Client {
         .await
         .unwrap();
     client
+}
+
+/// A boot request for `name` from this test (a 60 s liveness lease).
+pub fn boot(name: &idemgate_core::InstanceName) -> idemgate_core::BootRequest {
+    idemgate_core::BootRequest::new(name.clone(), Duration::from_secs(60), "test-host")
 }

@@ -1,7 +1,9 @@
 //! [`Instances`](idemgate_core::Instances): a new boot of a gateway instance, and the claims its
 //! earlier boots held, freed one event at a time.
 
-use idemgate_core::{Boot, HistoryOutcome, Holder, InstanceName, RecordState, Timestamp};
+use std::time::Duration;
+
+use idemgate_core::{Boot, BootRequest, HistoryOutcome, Holder, LiveBoot, RecordState, Timestamp};
 
 use super::RedisStore;
 use super::record::parse_record;
@@ -16,15 +18,47 @@ impl RedisStore {
     /// earlier boot; the operation decides by the server's clock and writes the `abandoned` row.
     /// Each event is freed atomically; the walk as a whole is not (a crash during it leaves the
     /// rest to their leases).
-    pub(super) async fn run_boot(&self, instance: &InstanceName) -> Result<Boot, RedisError> {
-        let keys = &self.shared.keys;
+    pub(super) async fn run_boot(
+        &self,
+        req: &BootRequest,
+    ) -> Result<Result<Boot, LiveBoot>, RedisError> {
+        let instance = &req.instance;
         let mut call = Call::default();
-        call.key(keys.instance(instance));
-        let scripts = &self.shared.scripts;
-        let (boot, started): (u64, i64) = scripts
-            .run(&self.conn, &scripts.boot, &call)
-            .await
-            .map_err(RedisError::command("boot script"))?;
+        call.key(self.shared.keys.instance(instance))
+            .arg("boot")
+            .arg(u64::try_from(req.lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(&req.host)
+            .arg(req.pid);
+        let (boot, started) = match self.boot_script(&call).await? {
+            reply::BootReply::Booted { boot, started_at } => (boot, started_at.as_millis()),
+            reply::BootReply::Live {
+                boot,
+                started_at,
+                host,
+                pid,
+                alive_until,
+                now,
+            } => {
+                return Ok(Err(LiveBoot {
+                    holder: Holder {
+                        instance: instance.clone(),
+                        boot,
+                    },
+                    host,
+                    pid,
+                    started_at,
+                    alive_until,
+                    remaining: alive_until.since(now),
+                }));
+            }
+            other => {
+                return Err(RedisError::reply(
+                    "boot script",
+                    format!("{other:?} to a boot"),
+                ));
+            }
+        };
+        let keys = &self.shared.keys;
         let mut conn = self.conn.clone();
         let pattern = keys.events_pattern();
         let mut freed = 0;
@@ -97,13 +131,48 @@ impl RedisStore {
                 cursor = next;
             }
         }
-        Ok(Boot {
+        Ok(Ok(Boot {
             holder: Holder {
                 instance: instance.clone(),
                 boot,
             },
             started_at: Timestamp::from_millis(started),
             freed,
-        })
+        }))
+    }
+
+    /// Renews `holder`'s liveness lease by `lease`, or ends it (`None`): the lease's new end, or
+    /// the boot that superseded it.
+    pub(super) async fn run_beat(
+        &self,
+        holder: &Holder,
+        lease: Option<Duration>,
+    ) -> Result<Result<Timestamp, u64>, RedisError> {
+        let mut call = Call::default();
+        call.key(self.shared.keys.instance(&holder.instance));
+        match lease {
+            Some(lease) => call
+                .arg("beat")
+                .arg(holder.boot)
+                .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
+            None => call.arg("end").arg(holder.boot),
+        };
+        match self.boot_script(&call).await? {
+            reply::BootReply::Until(until) => Ok(Ok(until)),
+            reply::BootReply::Superseded(by) => Ok(Err(by)),
+            other => Err(RedisError::reply(
+                "boot script",
+                format!("{other:?} to a heartbeat"),
+            )),
+        }
+    }
+
+    async fn boot_script(&self, call: &Call) -> Result<reply::BootReply, RedisError> {
+        let scripts = &self.shared.scripts;
+        let value: redis::Value = scripts
+            .run(&self.conn, &scripts.boot, call)
+            .await
+            .map_err(RedisError::command("boot script"))?;
+        reply::BootReply::decode(value)
     }
 }

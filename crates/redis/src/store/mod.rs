@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 
 use idemgate_core::advise::Observation;
 use idemgate_core::{
-    Boot, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, HistoryOutcome,
-    HistoryQuery, HistoryRetention, Identity, InstanceName, Instances, Key, SourceName, Stats,
-    StoreError, StoreStats, Timestamp, machine,
+    Boot, BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView,
+    HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, SourceName,
+    Stats, StoreError, StoreStats, Timestamp, machine,
 };
 use redis::{FromRedisValue, Value};
 use tracing::{info, instrument, warn};
@@ -308,8 +308,29 @@ impl Identity for RedisStore {
 
 impl Instances for RedisStore {
     /// Atomic per event, not as a whole: see the crate README.
-    #[instrument(level = "info", skip_all, fields(instance = %instance))]
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        Ok(self.run_boot(instance).await?)
+    #[instrument(level = "info", skip_all, fields(instance = %req.instance))]
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
+        self.run_boot(req)
+            .await?
+            .map_err(|live| StoreError::InstanceLive {
+                live: Box::new(live),
+            })
+    }
+
+    #[instrument(level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.run_beat(holder, Some(lease))
+            .await?
+            .map_err(|by| StoreError::Superseded {
+                holder: holder.clone(),
+                by,
+            })
+    }
+
+    #[instrument(level = "debug", skip_all, fields(instance = %holder.instance))]
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        // A superseded boot has nothing left to end (`Err` here is the boot that superseded it).
+        let _ended_or_superseded = self.run_beat(holder, None).await?;
+        Ok(())
     }
 }

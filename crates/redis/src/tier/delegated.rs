@@ -6,8 +6,8 @@ use std::time::Duration;
 use idemgate_core::advise::Observation;
 use idemgate_core::store::HistoryQuery;
 use idemgate_core::{
-    Boot, ClaimStore, HistoryRetention, Identity, InstanceName, Instances, Stats, StoreError,
-    StoreStats, Sweep,
+    Boot, BootRequest, ClaimStore, HistoryRetention, Holder, Identity, Instances, Stats,
+    StoreError, StoreStats, Sweep, Timestamp,
 };
 use tracing::instrument;
 
@@ -23,9 +23,17 @@ impl<S: Identity> Identity for TieredStore<S> {
 impl<S: ClaimStore + Instances> Instances for TieredStore<S> {
     /// The inner store's. Nothing cached changes: only done records are cached, and a boot
     /// frees processing ones.
-    #[instrument(level = "info", skip_all, fields(instance = %instance))]
-    async fn register_boot(&self, instance: &InstanceName) -> Result<Boot, StoreError> {
-        self.inner.register_boot(instance).await
+    #[instrument(level = "info", skip_all, fields(instance = %req.instance))]
+    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
+        self.inner.register_boot(req).await
+    }
+
+    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
+        self.inner.heartbeat(holder, lease).await
+    }
+
+    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
+        self.inner.end_boot(holder).await
     }
 }
 

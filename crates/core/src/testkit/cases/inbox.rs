@@ -680,7 +680,7 @@ where
     let store = h.store();
     let src = source();
     let name = InstanceName::new("gw-inbox").unwrap();
-    let first = store.register_boot(&name).await.expect("register");
+    let first = super::booted(&store, &name).await;
     let keys: Vec<Key> = (0..4).map(|_| key_in(&src)).collect();
     for (i, k) in keys.iter().enumerate() {
         enqueued(&store, k, i as u8).await;
@@ -706,7 +706,7 @@ where
         [&keys[0], &keys[1], &keys[2]]
     );
 
-    let second = store.register_boot(&name).await.expect("register");
+    let second = super::restarted(&store, &first).await;
     assert_eq!(second.holder.boot, first.holder.boot + 1);
     let s = stats_of(&store, &src).await.expect("stats");
     assert_eq!((s.pending, s.in_flight), (2, 2), "{s:?}");
@@ -724,7 +724,7 @@ where
     store.delivered(theirs.item.clone()).await.unwrap();
     store.delivered(anonymous.item.clone()).await.unwrap();
     // The next boot frees what the second took.
-    store.register_boot(&name).await.expect("register");
+    super::restarted(&store, &second).await;
     assert_eq!(take(&store, &src, 10, LONG_LEASE).await.len(), 2);
 }
 
