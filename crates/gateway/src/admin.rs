@@ -26,11 +26,17 @@ pub(crate) fn no_answer() -> String {
     format!("a lookup had no answer within {} ms", PING_WAIT.as_millis())
 }
 
-/// The store's lookup, waited for at most [`PING_WAIT`]; the error in words.
+/// The store's lookup, waited for at most [`PING_WAIT`], and its recent writes: a store that
+/// answers reads while its writes fail (a full disk) is down too. The error in words.
 pub(crate) async fn ping_store(state: &AppState) -> Result<(), String> {
-    match tokio::time::timeout(PING_WAIT, state.store.ping()).await {
+    let read = match tokio::time::timeout(PING_WAIT, state.store.ping()).await {
         Ok(answered) => answered.map_err(|e| ErrorChain(&e).to_string()),
         Err(_) => Err(no_answer()),
+    };
+    read?;
+    match state.dedup.health().failing() {
+        Some(failing) => Err(format!("it answers reads, but {failing}")),
+        None => Ok(()),
     }
 }
 

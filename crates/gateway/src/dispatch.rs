@@ -89,11 +89,12 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
             continue;
         };
         let wakeup = state.inbox_wakeup.notified();
-        match state
+        let took = state
             .store
             .take(&src.name, limit, lease, state.holder.as_ref())
-            .await
-        {
+            .await;
+        state.dedup.health().note(&took);
+        match took {
             Ok(items) if items.is_empty() => {
                 tokio::select! {
                     () = cancel.cancelled() => break,
@@ -190,8 +191,17 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         .metrics
         .dispatch_latency(src.name.as_str(), started.elapsed());
     let age = age_at_take + started.elapsed();
+    // The report is retried while the store fails, until shortly before the item's lease ends:
+    // a delivery whose report was lost is taken again and delivered twice.
+    let report_by = started + lease.saturating_sub(d.timeout + Duration::from_secs(1));
     let (report, result) = match result {
-        Ok(_) => (state.store.delivered(taken.item).await, "delivered"),
+        Ok(_) => (
+            reported(state, report_by, || {
+                state.store.delivered(taken.item.clone())
+            })
+            .await,
+            "delivered",
+        ),
         Err(failure) => {
             let retry_after = failure.retry_after();
             let failure = Failure {
@@ -207,7 +217,10 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
                     "dead-lettered: out of attempts or too old"
                 );
                 (
-                    state.store.dead_letter(taken.item, &failure).await,
+                    reported(state, report_by, || {
+                        state.store.dead_letter(taken.item.clone(), &failure)
+                    })
+                    .await,
                     "dead_lettered",
                 )
             } else {
@@ -219,7 +232,10 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
                     "delivery failed; retrying later"
                 );
                 (
-                    state.store.retry_later(taken.item, &failure, delay).await,
+                    reported(state, report_by, || {
+                        state.store.retry_later(taken.item.clone(), &failure, delay)
+                    })
+                    .await,
                     "retry",
                 )
             }
@@ -235,6 +251,31 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
             error = %ErrorChain(&e),
             "cannot record the delivery's result; the item is taken again when its lease lapses"
         ),
+    }
+}
+
+/// Runs a report (`delivered`, `retry_later`, `dead_letter`) until the store takes or refuses it,
+/// trying again while it fails until `by`; each outcome noted in the store's write health.
+async fn reported<F, Fut>(
+    state: &AppState,
+    by: Instant,
+    report: F,
+) -> Result<(), idemgate_core::StoreError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), idemgate_core::StoreError>>,
+{
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let result = report().await;
+        state.dedup.health().note(&result);
+        match result {
+            Err(idemgate_core::StoreError::Backend { .. }) if Instant::now() + pause < by => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
     }
 }
 

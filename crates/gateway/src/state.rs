@@ -303,7 +303,21 @@ impl AppState {
     ) -> Result<ClaimOutcome, AppError> {
         use idemgate_core::inbox::Inbox;
         let started = Instant::now();
-        let result = self.store.enqueue(req.clone(), item).await;
+        let wait = self.dedup.store_wait();
+        // Given up on, the enqueue still commits or not as a whole: a queued item is delivered,
+        // and the sender's retry is a duplicate.
+        let result = tokio::time::timeout(wait, self.store.enqueue(req.clone(), item))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::backend(
+                    format!(
+                        "the store did not answer an enqueue within {}",
+                        idemgate_core::Human(wait)
+                    ),
+                    idemgate::NoAnswer,
+                ))
+            });
+        self.dedup.health().note(&result);
         observe_claim(&self.metrics, &req, result.as_ref(), started.elapsed());
         let outcome = result?;
         if matches!(outcome, ClaimOutcome::Claimed { .. }) {

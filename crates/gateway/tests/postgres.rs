@@ -456,3 +456,95 @@ async fn a_count_or_a_lookup_that_takes_long_is_not_waited_for() {
     gw.stop().await;
     schema.drop().await;
 }
+
+/// A database that stops answering (packets held, not refused): deliveries get 503 with
+/// `Retry-After` quickly (within a second once the store is known to fail), `/healthz` says so,
+/// nothing is forwarded twice, and the gateway serves again once the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blackholed_database_is_answered_503_fast_and_recovered_from() {
+    use idemgate_postgres::testing::{FaultyLink, LinkMode};
+    use std::time::Instant;
+    let Some(schema) = Schema::new("blackhole").await else {
+        return;
+    };
+    let pg: tokio_postgres::Config = url().parse().unwrap();
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    let upstream = tokio::net::lookup_host(("127.0.0.1", port))
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let link = FaultyLink::start(upstream).await.unwrap();
+    let linked_url = format!(
+        "postgres://{}@{}/{}?sslmode=disable",
+        pg.get_user().unwrap_or("root"),
+        link.addr(),
+        pg.get_dbname().unwrap_or("test")
+    );
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "[[source]]\nname = \"stripe-live\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\nforward_url = \"{}\"\n[store]\nkind = \"postgres\"\nurl = {:?}\n[store.postgres]\nschema = {:?}\n",
+        down.url, linked_url, schema.name
+    );
+    let gw = Gateway::start_with(&config).await;
+    let send = |id: &str| {
+        let body = serde_json::to_vec(&serde_json::json!({"id": id})).unwrap();
+        let signed = sign(&gw, "stripe-live", id, SystemTime::now(), &body);
+        gw.post("/hooks/stripe-live", signed, body)
+    };
+    assert_eq!(send("evt_before").await.status, 200);
+
+    link.set(LinkMode::Blackhole);
+    let mut slowest_after_first = Duration::ZERO;
+    for i in 0..6 {
+        let started = Instant::now();
+        let r = send(&format!("evt_during_{}", i % 2)).await;
+        let took = started.elapsed();
+        assert_eq!(
+            (r.status, r.outcome()),
+            (503, "store_unavailable"),
+            "{:?}",
+            r.body
+        );
+        assert!(r.headers.contains_key("retry-after"));
+        assert!(took < Duration::from_secs(4), "{i}: {took:?}");
+        if i > 0 {
+            slowest_after_first = slowest_after_first.max(took);
+        }
+    }
+    assert!(
+        slowest_after_first < Duration::from_millis(1_500),
+        "a store known to fail is answered within a second: {slowest_after_first:?}"
+    );
+    let started = Instant::now();
+    let health = gw.get("/healthz").await.unwrap();
+    assert_eq!(health.status, 503, "{:?}", health.body);
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    link.set(LinkMode::Forward);
+    let started = Instant::now();
+    let mut ok = 0;
+    while started.elapsed() < Duration::from_secs(20) && ok < 2 {
+        ok = 0;
+        for i in 0..2 {
+            let r = send(&format!("evt_during_{i}")).await;
+            if r.status == 200 {
+                ok += 1;
+            }
+        }
+        if ok < 2 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert_eq!(ok, 2, "not recovered within 20 s");
+    assert_eq!(gw.get("/healthz").await.unwrap().status, 200);
+    for i in 0..2 {
+        assert_eq!(
+            down.attempts(&format!("stripe-live:evt_during_{i}")).len(),
+            1,
+            "forwarded once"
+        );
+    }
+    gw.stop().await;
+    schema.drop().await;
+}

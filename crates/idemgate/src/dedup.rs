@@ -12,6 +12,7 @@ use idemgate_core::{
 use crate::ErrorChain;
 use crate::config::StoreConfig;
 use crate::finish::{Finish, Finisher};
+use crate::health::WriteHealth;
 use crate::store::{AnyStore, OpenError};
 
 /// What [`Dedup::process_once`] did with an event.
@@ -87,7 +88,17 @@ struct Inner {
     finisher: Finisher,
     holder: Option<Holder>,
     observer: Option<Box<ClaimObserver>>,
+    health: Arc<WriteHealth>,
+    /// How long a claim waits for the store while its writes succeed.
+    claim_wait: Duration,
 }
+
+/// How long a claim waits for the store by default ([`DedupBuilder::claim_wait`]).
+pub const CLAIM_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a claim waits for a store whose last write failed ([`WriteHealth`]): an outage is
+/// answered "unavailable, try again" within a second, not after the caller's own timeout.
+pub const FAILING_CLAIM_WAIT: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Dedup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -101,7 +112,7 @@ impl std::fmt::Debug for Dedup {
 impl Dedup {
     /// On an open store.
     pub fn new(store: AnyStore) -> Self {
-        Self::build(store, None, None)
+        Self::build(store, None, None, CLAIM_WAIT)
     }
 
     /// Opens (creating or migrating if needed) the store `config` describes.
@@ -118,6 +129,7 @@ impl Dedup {
             store,
             holder: None,
             observer: None,
+            claim_wait: CLAIM_WAIT,
         }
     }
 
@@ -125,14 +137,36 @@ impl Dedup {
         store: AnyStore,
         holder: Option<Holder>,
         observer: Option<Box<ClaimObserver>>,
+        claim_wait: Duration,
     ) -> Self {
+        let health = Arc::new(WriteHealth::default());
         Self {
             inner: Arc::new(Inner {
                 store,
-                finisher: Finisher::default(),
+                finisher: Finisher::new(health.clone()),
                 holder,
                 observer,
+                health,
+                claim_wait,
             }),
+        }
+    }
+
+    /// What the store's recent writes said: failing since the last failed one, until one
+    /// succeeds. Note here the writes made around this `Dedup` (an inbox's enqueue, its
+    /// dispatcher's reports), so health checks see them too.
+    pub fn health(&self) -> &WriteHealth {
+        &self.inner.health
+    }
+
+    /// How long a claim waits for the store now: [`DedupBuilder::claim_wait`] while its writes
+    /// succeed, [`FAILING_CLAIM_WAIT`] once one failed. Callers bounding their own writes (an
+    /// inbox's enqueue) wait as long.
+    pub fn store_wait(&self) -> Duration {
+        if self.inner.health.is_failing() {
+            FAILING_CLAIM_WAIT.min(self.inner.claim_wait)
+        } else {
+            self.inner.claim_wait
         }
     }
 
@@ -184,7 +218,19 @@ impl Dedup {
             dedup: self.clone(),
             lease,
         };
-        let result = pending.answer().await;
+        let wait = self.store_wait();
+        let result = match tokio::time::timeout(wait, pending.answer()).await {
+            Ok(answer) => answer,
+            // Given up: `pending` goes on in the background, and releases a claim it wins.
+            Err(_) => Err(StoreError::backend(
+                format!(
+                    "the store did not answer a claim within {}",
+                    idemgate_core::Human(wait)
+                ),
+                NoAnswer,
+            )),
+        };
+        self.inner.health.note(&result);
         if let Some(observe) = &self.inner.observer {
             observe(&req, result.as_ref(), started.elapsed());
         }
@@ -293,7 +339,9 @@ impl Dedup {
             tokio::select! {
                 result = &mut work => return result,
                 _ = ticks.tick(), if renewing => {
-                    match self.inner.store.renew(token, lease).await {
+                    let renewed = self.inner.store.renew(token, lease).await;
+                    self.inner.health.note(&renewed);
+                    match renewed {
                         Ok(_) => {}
                         Err(StoreError::StaleToken { .. }) => {
                             tracing::warn!(
@@ -323,7 +371,13 @@ pub struct DedupBuilder {
     store: AnyStore,
     holder: Option<Holder>,
     observer: Option<Box<ClaimObserver>>,
+    claim_wait: Duration,
 }
+
+/// The store gave no answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer in time (the store is slow or out of reach)")]
+pub struct NoAnswer;
 
 impl std::fmt::Debug for DedupBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -357,9 +411,18 @@ impl DedupBuilder {
         self
     }
 
+    /// How long a claim waits for the store while its writes succeed (default [`CLAIM_WAIT`]);
+    /// once one failed, a claim waits at most [`FAILING_CLAIM_WAIT`]. A claim given up on is
+    /// seen through in the background, and released if it was won.
+    #[must_use]
+    pub fn claim_wait(mut self, wait: Duration) -> Self {
+        self.claim_wait = wait;
+        self
+    }
+
     /// The `Dedup`.
     pub fn build(self) -> Dedup {
-        Dedup::build(self.store, self.holder, self.observer)
+        Dedup::build(self.store, self.holder, self.observer, self.claim_wait)
     }
 }
 

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::ErrorChain;
+use crate::health::WriteHealth;
 use crate::store::AnyStore;
 
 /// What to do with a claim.
@@ -58,6 +59,8 @@ const MAX_PAUSE: Duration = Duration::from_millis(500);
 /// The background retries of completions and releases.
 #[derive(Debug, Default)]
 pub struct Finisher {
+    /// Where every completion's and release's outcome is noted.
+    health: Arc<WriteHealth>,
     tasks: TaskTracker,
     /// Cancelled when shutdown gives up waiting.
     abandon: CancellationToken,
@@ -81,6 +84,14 @@ impl Drop for Completing {
 }
 
 impl Finisher {
+    /// A finisher noting every outcome in `health`.
+    pub fn new(health: Arc<WriteHealth>) -> Self {
+        Self {
+            health,
+            ..Self::default()
+        }
+    }
+
     /// Completes or releases `token` now; when the store fails, keeps trying in the background
     /// (renewing the lease by `lease` between tries) and returns at once. `Ok(false)` means a
     /// retry is pending.
@@ -95,7 +106,7 @@ impl Finisher {
         what: Finish,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        match apply(store, token, what).await {
+        match apply(store, token, what, &self.health).await {
             Ok(()) => Ok(true),
             Err(e @ StoreError::StaleToken { .. }) => Err(e),
             Err(e) => {
@@ -116,6 +127,7 @@ impl Finisher {
     /// dropped and its claim must be released).
     pub fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
         let abandon = self.abandon.clone();
+        let health = self.health.clone();
         let completing = (what == Finish::Complete).then(|| {
             self.completing
                 .lock()
@@ -145,7 +157,7 @@ impl Finisher {
                     () = tokio::time::sleep(pause) => {}
                 }
                 tries += 1;
-                match apply(&store, &token, what).await {
+                match apply(&store, &token, what, &health).await {
                     Ok(()) => {
                         tracing::info!(
                             source = %token.key.source,
@@ -204,9 +216,16 @@ impl Finisher {
     }
 }
 
-async fn apply(store: &AnyStore, token: &ClaimToken, what: Finish) -> Result<(), StoreError> {
-    match what {
+async fn apply(
+    store: &AnyStore,
+    token: &ClaimToken,
+    what: Finish,
+    health: &WriteHealth,
+) -> Result<(), StoreError> {
+    let result = match what {
         Finish::Complete => store.complete(token).await,
         Finish::Release => store.release(token).await,
-    }
+    };
+    health.note(&result);
+    result
 }

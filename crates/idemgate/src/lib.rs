@@ -37,11 +37,14 @@
 //!   behind a Redis tier; [`migrate`].
 //! - [`config`]: [`StoreConfig`], the `[store]` table of the gateway's TOML, as data.
 //! - `finish`: completions and releases the store did not take at once, retried until it does.
+//! - [`health`]: [`WriteHealth`], what the store's recent writes said (a store that answers
+//!   reads but fails writes is failing), and how long a claim waits for the store.
 //! - [`view`]: one event's record and history as JSON ([`EventReport`]).
 //! - Re-exported from `idemgate-core`: keys, claims, outcomes, the store traits and the
 //!   in-memory store; from `idemgate-providers`: [`Verifier`] and [`Scheme`].
 
 pub mod config;
+pub mod health;
 pub mod layer;
 pub mod store;
 pub mod view;
@@ -51,9 +54,13 @@ mod error;
 mod finish;
 
 pub use crate::config::{StoreConfig, StoreConfigError, StoreKind};
-pub use crate::dedup::{ClaimObserver, Claimed, Dedup, DedupBuilder, Once, ProcessError};
+pub use crate::dedup::{
+    CLAIM_WAIT, ClaimObserver, Claimed, Dedup, DedupBuilder, FAILING_CLAIM_WAIT, NoAnswer, Once,
+    ProcessError,
+};
 pub use crate::error::ErrorChain;
 pub use crate::finish::{Finish, Finisher};
+pub use crate::health::WriteHealth;
 pub use crate::layer::IdempotencyLayer;
 pub use crate::store::{AnyStore, Engine, Migrated, OpenError, migrate};
 pub use crate::view::EventReport;

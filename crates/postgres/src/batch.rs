@@ -26,6 +26,7 @@ use crate::row::{self, millis, outcome_of};
 
 const CLAIM_BATCH: &str = include_str!("../sql/claim_batch.sql");
 const CLAIM_FRESH: &str = include_str!("../sql/claim_fresh.sql");
+const RELEASE_UNANSWERED: &str = include_str!("../sql/release_unanswered.sql");
 const FINISH_BATCH: &str = include_str!("../sql/finish_batch.sql");
 
 /// How many times a batch that PostgreSQL aborted to break a deadlock is sent again.
@@ -49,6 +50,10 @@ pub(crate) trait Job: Send + Sync + 'static {
     /// A batch of `calls` took `took` to send and answer (the sweeper paces itself by the
     /// claims'; see `idemgate_core::sweep`).
     fn observe(_db: &Db, _took: Duration, _calls: usize) {}
+
+    /// The batch was sent but its answer never came ([`PgError::is_ambiguous`]): it may have
+    /// committed, and none of its callers will ever know.
+    fn unanswered(_db: &Db, _batch: &[Pending<Self>]) {}
 }
 
 /// One caller's call, waiting for its batch.
@@ -117,7 +122,7 @@ impl<J: Job> Batcher<J> {
             let batch = vec![pending];
             let result = retried::<J>(&self.db, &batch).await;
             drop(permit);
-            answer(batch, result);
+            answer(&self.db, batch, result);
         } else {
             self.queue
                 .send(pending)
@@ -159,7 +164,7 @@ async fn run<J: Job>(db: Db, mut queue: mpsc::Receiver<Pending<J>>, inflight: Ar
             // Free the slot before answering: a caller's next call must not see this batch
             // as still in flight.
             drop(permit);
-            answer(batch, result);
+            answer(&db, batch, result);
         });
     }
 }
@@ -206,7 +211,12 @@ async fn wait_for_more<J: Job>(
     }
 }
 
-fn answer<J: Job>(batch: Vec<Pending<J>>, result: Result<Vec<J::Answer>, PgError>) {
+fn answer<J: Job>(db: &Db, batch: Vec<Pending<J>>, result: Result<Vec<J::Answer>, PgError>) {
+    if let Err(e) = &result
+        && e.is_ambiguous()
+    {
+        J::unanswered(db, &batch);
+    }
     match result {
         Ok(answers) => {
             for (p, a) in batch.into_iter().zip(answers) {
@@ -268,6 +278,25 @@ impl Job for Claims {
         db.claim_latency.record(took, calls);
     }
 
+    /// Claims that may have been won with nobody told: released as soon as the database
+    /// answers again (each by the nonce it would carry), so they do not sit `processing` for a
+    /// lease that no caller holds.
+    fn unanswered(db: &Db, batch: &[Pending<Self>]) {
+        let claims: Vec<(String, String, i64)> = batch
+            .iter()
+            .map(|p| {
+                let key = &p.item.req.key;
+                (
+                    key.source.as_str().to_owned(),
+                    key.event_id.as_str().to_owned(),
+                    // Bit for bit, as claim_batch stored it.
+                    p.item.nonce as i64,
+                )
+            })
+            .collect();
+        tokio::spawn(release_unanswered(db.clone(), claims));
+    }
+
     /// One `claim_batch` call, again after creating a partition it needed. In batched mode a
     /// lone claim first tries `claim_fresh.sql`, a plain statement that claims a key never seen
     /// for a fraction of `claim_batch`'s cost (an idle store's usual claim), and goes to
@@ -300,6 +329,50 @@ impl Job for Finishes {
     /// One `finish_batch` call, again after creating a history partition it needed.
     async fn send(db: &Db, batch: &[Pending<Self>]) -> Result<Vec<Option<bool>>, PgError> {
         db.with_partitions(0, || finish_once(db, batch)).await
+    }
+}
+
+/// How long unanswered claims are tried to be released before they are left to their leases.
+const UNANSWERED_FOR: Duration = Duration::from_secs(600);
+
+/// Releases the claims of a batch whose answer never came, retrying until the database answers
+/// (or [`UNANSWERED_FOR`] passed): `release_unanswered` deletes each record still holding the
+/// claim's nonce and not completed, with a `released` history row.
+async fn release_unanswered(db: Db, claims: Vec<(String, String, i64)>) {
+    const CONTEXT: &str = "releasing claims whose answer was lost";
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(200);
+    let (sources, rest): (Vec<_>, Vec<_>) = claims.into_iter().map(|(s, e, n)| (s, (e, n))).unzip();
+    let (event_ids, nonces): (Vec<_>, Vec<_>) = rest.into_iter().unzip();
+    loop {
+        tokio::time::sleep(pause).await;
+        let released = async {
+            let client = db.client().await?;
+            client
+                .query_one(RELEASE_UNANSWERED, &[&sources, &event_ids, &nonces])
+                .await
+                .map_err(PgError::db(CONTEXT))
+                .and_then(|row| row::get::<i64>(&row, "released", CONTEXT))
+        }
+        .await;
+        match released {
+            Ok(n) => {
+                tracing::info!(
+                    claims = sources.len(),
+                    released = n,
+                    "a claim batch's answer was lost; released the claims it had won"
+                );
+                return;
+            }
+            Err(e) if started.elapsed() < UNANSWERED_FOR => {
+                tracing::debug!(error = %e, "cannot release unanswered claims yet");
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, claims = sources.len(), "gave up releasing claims whose answer was lost; they wait out their leases");
+                return;
+            }
+        }
     }
 }
 

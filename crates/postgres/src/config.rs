@@ -244,7 +244,21 @@ impl PgConfig {
 
     /// The parsed URL, with idemgate's session settings added: `search_path` the schema (the
     /// store's statements name its tables unqualified), `TimeZone` UTC, generic plans, and
-    /// unless the URL says otherwise the application name `idemgate` and a 10 s connect timeout.
+    /// unless the URL says otherwise the application name `idemgate` and the bounds that keep a
+    /// database that stops answering (packets dropped, not refused) from holding the gateway:
+    ///
+    /// - a 5 s connect timeout;
+    /// - `tcp_user_timeout` 8 s: a connection whose sent data goes unacknowledged that long is
+    ///   closed by the kernel, so a query on a blackholed connection fails in seconds instead of
+    ///   waiting out TCP's retransmission backoff (minutes), and the pool replaces it;
+    /// - TCP keepalives after 10 s idle, every 2 s, 3 probes: an idle pooled connection to a
+    ///   server that went away is found dead before it is handed out again;
+    /// - `statement_timeout` 15 s (and 60 s idle in a transaction) on the server: a statement
+    ///   that waits (a lock, a server in trouble) ends with an error rather than never. Migrations
+    ///   lift it for their own transaction.
+    ///
+    /// A URL that sets any of these (`connect_timeout=`, `tcp_user_timeout=`, `keepalives_idle=`,
+    /// `options=-c statement_timeout=...`) keeps its own.
     /// What [`crate::PgStore::connect`] builds its pool from; build yours from it for
     /// [`crate::PgStore::from_pool`].
     ///
@@ -268,16 +282,39 @@ impl PgConfig {
         }
         // Generic plans: the claim functions' statements are planned once per connection, not on
         // every call (their array parameters make custom plans no better).
-        options.push_str(&format!(
+        let own = |setting: &str| options.contains(setting);
+        let mut added = format!(
             "-c search_path={} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan",
             self.schema
-        ));
+        );
+        if !own("statement_timeout") {
+            added.push_str(" -c statement_timeout=15s");
+        }
+        if !own("idle_in_transaction_session_timeout") {
+            added.push_str(" -c idle_in_transaction_session_timeout=60s");
+        }
+        options.push_str(&added);
         pg.options(&options);
         if pg.get_application_name().is_none() {
             pg.application_name("idemgate");
         }
         if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(Duration::from_secs(10));
+            pg.connect_timeout(Duration::from_secs(5));
+        }
+        // Whether the URL named a TCP setting (the parsed config cannot tell a default from one
+        // written out).
+        let named = |key: &str| split.rest.contains(&format!("{key}="));
+        if !named("tcp_user_timeout") {
+            pg.tcp_user_timeout(Duration::from_secs(8));
+        }
+        if !named("keepalives_idle") {
+            pg.keepalives_idle(Duration::from_secs(10));
+        }
+        if !named("keepalives_interval") {
+            pg.keepalives_interval(Duration::from_secs(2));
+        }
+        if !named("keepalives_retries") {
+            pg.keepalives_retries(3);
         }
         Ok(pg)
     }
@@ -521,6 +558,40 @@ mod tests {
         assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
         let pg = PgConfig::new("host=db user=u").connection_config().unwrap();
         assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Prefer);
+    }
+
+    #[test]
+    fn connections_are_bounded_against_a_database_that_stops_answering() {
+        let pg = PgConfig::new("postgres://u@db.example/app")
+            .connection_config()
+            .unwrap();
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(5)));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(8)));
+        assert!(pg.get_keepalives());
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(10));
+        assert_eq!(pg.get_keepalives_interval(), Some(Duration::from_secs(2)));
+        assert_eq!(pg.get_keepalives_retries(), Some(3));
+        let options = pg.get_options().unwrap();
+        assert!(
+            options.contains("-c statement_timeout=15s")
+                && options.contains("-c idle_in_transaction_session_timeout=60s"),
+            "{options}"
+        );
+        // The URL's own settings win.
+        let pg = PgConfig::new(
+            "postgres://u@db.example/app?connect_timeout=2&tcp_user_timeout=30&keepalives_idle=60&options=-c%20statement_timeout%3D2min",
+        )
+        .connection_config()
+        .unwrap();
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(30)));
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(60));
+        let options = pg.get_options().unwrap();
+        assert!(
+            options.contains("statement_timeout=2min")
+                && !options.contains("statement_timeout=15s"),
+            "{options}"
+        );
     }
 
     #[test]

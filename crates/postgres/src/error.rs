@@ -158,6 +158,13 @@ impl PgError {
             })
     }
 
+    /// A statement that was sent but whose answer never came: the connection broke under it
+    /// (closed, reset, a TCP user timeout on a database that stopped answering). It may have
+    /// committed or not. A statement the server refused (any error it answered) rolled back.
+    pub(crate) fn is_ambiguous(&self) -> bool {
+        matches!(self, Self::Db { source, .. } if source.as_db_error().is_none())
+    }
+
     /// A deadlock PostgreSQL broke by aborting us; running the batch again is safe.
     pub(crate) fn is_deadlock(&self) -> bool {
         self.db_source()

@@ -201,6 +201,13 @@ async fn migrate_in(
     cfg: &PgConfig,
 ) -> Result<MigrateReport, PgError> {
     let schema = cfg.schema.as_str();
+    // A migration may rewrite or index a large table: the connections' statement timeout, meant
+    // for the hot path, does not bound it. The migration lock is waited for the same way.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .await
+        .map_err(PgError::db(
+            "lifting the statement timeout for the migration",
+        ))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('idemgate:migrate:' || $1::text, 0))",
         &[&schema],

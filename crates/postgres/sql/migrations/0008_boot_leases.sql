@@ -132,3 +132,37 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+-- release_unanswered(keys, nonces): a claim batch was sent and its connection broke before the
+-- answer came (a database that stopped answering): its claims may have been won, and nobody
+-- holds their tokens. Each record that still carries the nonce its claim would have written,
+-- and was not completed, is deleted with a 'released' history row, so the sender's retry is
+-- processed at once instead of waiting out the lease. A record another claim took over (a new
+-- nonce) is left alone. Answers how many went.
+CREATE FUNCTION release_unanswered(p_source text[], p_event_id text[], p_nonce bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_n   bigint;
+BEGIN
+    WITH gone AS (
+        DELETE FROM dedup d
+         USING unnest(p_source, p_event_id, p_nonce) AS u(s, e, nc)
+         WHERE d.source = u.s AND d.event_id = u.e AND d.nonce = u.nc
+           AND d.completed IS NOT TRUE
+        RETURNING d.source, d.event_id, d.attempt, d.fingerprint
+    ), hist AS (
+        INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms,
+                             fingerprint)
+        SELECT g.source, g.event_id, 'released', false, g.attempt, v_now, NULL, g.fingerprint
+          FROM gone g
+    )
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;

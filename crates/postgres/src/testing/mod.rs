@@ -7,8 +7,14 @@
 //! cluster directory is handed to the `postgres` system user and every initdb / pg_ctl call runs
 //! as that user through `runuser -u postgres --` (util-linux); run as anyone else, they run
 //! directly. initdb gets `--no-sync` (a throwaway cluster need not be flushed at creation).
+//!
+//! [`FaultyLink`]: a TCP proxy that can stop forwarding, swallow answers and cut connections,
+//! for a database that stops answering.
 
 use std::path::{Path, PathBuf};
+
+mod link;
+pub use link::{FaultyLink, Mode as LinkMode};
 
 /// Where PostgreSQL 15's programs are unless `IDEMGATE_TEST_PG_BIN` says otherwise.
 pub const DEFAULT_BIN: &str = "/usr/lib/postgresql/15/bin";
