@@ -113,6 +113,9 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
         }
     }
 
+    for w in config.warnings() {
+        outln!("warning: {w}");
+    }
     if problems.is_empty() {
         outln!("ok");
         return Ok(());

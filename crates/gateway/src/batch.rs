@@ -123,6 +123,7 @@ pub(crate) async fn receive(
     body: &Bytes,
     events: Vec<BatchEvent>,
     content_type: Option<HeaderValue>,
+    held: std::sync::Arc<crate::budget::BodyPermit>,
 ) -> Response {
     let mut answers = Vec::with_capacity(events.len());
     let mut first_of: HashMap<String, usize> = HashMap::new();
@@ -160,13 +161,17 @@ pub(crate) async fn receive(
         let claim = src
             .claim_request(Key::new(src.name.clone(), id))
             .fingerprint(fingerprint);
-        let (state, name, content_type) =
-            (state.clone(), src.name.to_string(), content_type.clone());
+        let (state, name, content_type, held) = (
+            state.clone(),
+            src.name.to_string(),
+            content_type.clone(),
+            held.clone(),
+        );
         let index = event.index;
         // Each event is finished even if the sender hangs up: its claim is completed or released.
         tasks.spawn(async move {
             let result = match state.source(&name) {
-                Ok(src) => handle(&state, src, claim, bytes, content_type).await,
+                Ok(src) => handle(&state, src, claim, bytes, content_type, held).await,
                 Err(e) => Err(e),
             };
             Event::handled(index, shown, result)

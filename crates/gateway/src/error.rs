@@ -73,6 +73,14 @@ pub enum AppError {
     Signature { kind: Outcome, detail: String },
     #[error("{detail}")]
     BadRequest { kind: Outcome, detail: String },
+    /// An authenticated sender the source does not accept (an SNS topic outside `topic_arns`).
+    #[error("{detail}")]
+    Forbidden { kind: Outcome, detail: String },
+    /// The bodies being read already hold `limits.body_budget` bytes.
+    #[error(
+        "the gateway is reading as many request bodies as limits.body_budget allows ({budget} bytes); retry shortly"
+    )]
+    BodyBudget { budget: usize },
     /// The signature check needs a document the verifier was not given (503) or cannot use (502).
     #[error("{detail}")]
     Document {
@@ -145,6 +153,8 @@ impl AppError {
             Self::BodyRead => (StatusCode::BAD_REQUEST, Outcome::BodyUnreadable),
             Self::Signature { kind, .. } => (StatusCode::UNAUTHORIZED, *kind),
             Self::BadRequest { kind, .. } => (StatusCode::BAD_REQUEST, *kind),
+            Self::Forbidden { kind, .. } => (StatusCode::FORBIDDEN, *kind),
+            Self::BodyBudget { .. } => (StatusCode::SERVICE_UNAVAILABLE, Outcome::BodyBudget),
             Self::Document { status, kind, .. } => (
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
                 *kind,
@@ -211,7 +221,7 @@ impl IntoResponse for AppError {
         // is failing or a gateway that is stopping (another instance, or this one restarted).
         let retry_after = match &self {
             Self::InFlight { retry_after } => Some(retry_after.as_secs().max(1)),
-            Self::Store(_) | Self::ShuttingDown => Some(1),
+            Self::Store(_) | Self::ShuttingDown | Self::BodyBudget { .. } => Some(1),
             _ => None,
         };
         if let Some(secs) = retry_after {

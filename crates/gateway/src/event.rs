@@ -10,6 +10,9 @@ use idemgate_core::ClaimOutcome;
 use idemgate_core::inbox::QueuedItem;
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use crate::budget::BodyPermit;
 use crate::config::{Mode, OnConflict};
 use crate::error::AppError;
 use crate::forward::{self, Delivery, Failure};
@@ -63,6 +66,7 @@ pub(crate) async fn handle(
     claim: idemgate_core::ClaimRequest,
     body: Bytes,
     content_type: Option<HeaderValue>,
+    held: Arc<BodyPermit>,
 ) -> Result<Handled, AppError> {
     if src.mode == Mode::Inbox {
         return queue(state, src, claim, body, content_type).await;
@@ -71,6 +75,8 @@ pub(crate) async fn handle(
         let state = state.clone();
         let name = src.name.clone();
         state.clone().forwards.spawn(async move {
+            // The body's share of the budget goes back once the forward is done with it.
+            let _held = held;
             let src = state.source(name.as_str())?;
             forward_once(&state, src, claim, body, content_type).await
         })

@@ -44,8 +44,17 @@ pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Nex
 }
 
 async fn answer(state: &AppState, req: Request, next: Next) -> Response {
-    let limit = state.limits.body_limit;
+    // A delivery's limit is its source's; every other route's, `limits.body_limit`.
+    let limit = match req.uri().path().strip_prefix("/hooks/") {
+        Some(name) => state.body_limit_of(name),
+        None => state.limits.body_limit,
+    };
     if declared_length(&req).is_some_and(|n| n > limit as u64) {
+        // Refused at once, and the body the client is still sending read and dropped for a
+        // while (as nginx lingers): closed on a client mid-write, the connection would be reset
+        // and the 413 lost to a client that reads only once it has written everything.
+        let (_, body) = req.into_parts();
+        tokio::spawn(drain(body, limit));
         return closing(AppError::TooLarge { limit }.into_response());
     }
     let (parts, body) = req.into_parts();
@@ -72,6 +81,31 @@ async fn answer(state: &AppState, req: Request, next: Next) -> Response {
     } else {
         closing(response)
     }
+}
+
+/// How long a refused body is read and dropped at most, and how much of it: the client should
+/// have read its answer by then.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+const DRAIN_BYTES: usize = 64 << 20;
+
+/// Reads `body` and drops it, for at most [`DRAIN_TIME`] and [`DRAIN_BYTES`] (or twice the limit
+/// when larger); then the connection closes.
+async fn drain(body: Body, limit: usize) {
+    use http_body_util::BodyExt;
+    let most = DRAIN_BYTES.max(limit.saturating_mul(2));
+    let mut body = body;
+    let mut read = 0usize;
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                read += data.len();
+                if read >= most {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
 }
 
 /// An answer no handler of ours wrote (the router's 405, an extractor's rejection of a malformed

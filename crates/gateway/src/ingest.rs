@@ -32,6 +32,7 @@ use idemgate_providers::{
 };
 use sha2::{Digest, Sha256};
 
+use crate::budget::{BodyBudget, BodyPermit};
 use crate::config::{ConfigError, SnsSubscription, SourceConfig};
 use crate::error::{AppError, ErrorChain};
 use crate::event::{Answer, handle};
@@ -48,46 +49,74 @@ pub(crate) async fn hook(
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| addr.ip());
-    let at = Target {
-        query: parts.uri.query(),
-        peer,
+    let query = parts.uri.query();
+    // Everything the headers can tell, before the body is read: a body is held in memory until
+    // its signature is checked, so nobody gets the gateway to hold one for a source that does not
+    // exist, from outside `allow_from`, without the bearer token a `none` source needs, or
+    // without the headers its signature travels in.
+    let src = match admit(&state, &name, &parts.headers, peer) {
+        Ok(src) => src,
+        Err(e) => {
+            // A small body is read and dropped (never held whole), so the sender keeps its
+            // keep-alive connection; a large one is left, and the connection closes.
+            skip_small(body).await;
+            return e.into_response();
+        }
     };
-    match receive(&state, &name, &parts.headers, at, body).await {
+    match receive(&state, src, &parts.headers, query, body).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-/// Where a delivery came from and was sent to, besides its headers.
-#[derive(Debug, Clone, Copy)]
-struct Target<'a> {
-    /// The request target's query string (Twilio signs it).
-    query: Option<&'a str>,
-    /// The connection's peer, when the server knows it (`allow_from`).
-    peer: Option<IpAddr>,
-}
-
-/// One delivery, from its body to its answer: verified, claimed, forwarded under the claim.
-#[tracing::instrument(name = "delivery", skip_all, fields(source = %name, event_id = tracing::field::Empty))]
-async fn receive(
-    state: &AppState,
+/// The source a delivery names, if the headers admit it: the peer inside `allow_from`, the
+/// bearer token of a `none` source, the headers the signature travels in.
+fn admit<'s>(
+    state: &'s AppState,
     name: &str,
     headers: &HeaderMap,
-    at: Target<'_>,
-    body: Body,
-) -> Result<Response, AppError> {
-    // The peer before anything else: a sender outside `allow_from` learns nothing more.
-    if let Ok(src) = state.source(name) {
-        src.admit(at.peer)?;
-    }
-    // The body first: an early refusal that leaves it unread would cost the sender its
-    // keep-alive connection (the guard layer refuses an announced oversized body before this).
-    let body = read_body(body, state.limits.body_limit).await?;
+    peer: Option<IpAddr>,
+) -> Result<&'s Source, AppError> {
     let src = state.source(name)?;
+    src.admit(peer)?;
     if src.needs_bearer() {
         state.authorize(headers)?;
     }
-    let verified = match verify(src, headers, &body, at.query).await? {
+    src.verifier
+        .check_headers(headers)
+        .map_err(|e| verify_error(src, e))?;
+    Ok(src)
+}
+
+/// The most body an early refusal reads and drops to keep the connection alive.
+const SKIPPED_BODY: u64 = 64 * 1024;
+
+/// Reads and drops a body announced at most [`SKIPPED_BODY`] long, for at most a second.
+async fn skip_small(body: Body) {
+    let small = http_body::Body::size_hint(&body)
+        .upper()
+        .is_some_and(|n| n <= SKIPPED_BODY);
+    if small {
+        let mut body = body;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+            while let Some(Ok(_)) = body.frame().await {}
+        })
+        .await;
+    }
+}
+
+/// One delivery, from its body to its answer: verified, claimed, forwarded under the claim.
+#[tracing::instrument(name = "delivery", skip_all, fields(source = %src.name, event_id = tracing::field::Empty))]
+async fn receive(
+    state: &AppState,
+    src: &Source,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+) -> Result<Response, AppError> {
+    let (body, held) = read_body(body, src.body_limit, &state.body_budget).await?;
+    let held = std::sync::Arc::new(held);
+    let verified = match verify(src, headers, &body, query).await? {
         Ok(v) => v,
         Err(VerifyError::MissingEventId { .. })
             if let Some(challenge) = slack_challenge(src, &body) =>
@@ -108,13 +137,13 @@ async fn receive(
     }
     let content_type = headers.get(header::CONTENT_TYPE).cloned();
     if let Some(events) = verified.batch {
-        return Ok(crate::batch::receive(state, src, &body, events, content_type).await);
+        return Ok(crate::batch::receive(state, src, &body, events, content_type, held).await);
     }
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     tracing::Span::current().record("event_id", verified.event_id.as_str());
     let key = Key::new(src.name.clone(), verified.event_id);
     let claim = src.claim_request(key).fingerprint(fingerprint);
-    Ok(handle(state, src, claim, body, content_type)
+    Ok(handle(state, src, claim, body, content_type, held)
         .await?
         .into_response())
 }
@@ -223,25 +252,53 @@ fn answer(outcome: Outcome, mut body: Answer) -> Response {
 }
 
 /// Reads the body, refusing more than `limit` bytes (by `Content-Length` before reading, and by
-/// counting while reading).
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, AppError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(AppError::TooLarge { limit })
+/// counting while reading), within the gateway's `budget` of bytes held across every request:
+/// an announced body takes its share before a byte is read, a chunked one as it arrives, and a
+/// body that does not fit is refused ([`AppError::BodyBudget`], 503). The permit gives the share
+/// back when the body is no longer held.
+async fn read_body(
+    body: Body,
+    limit: usize,
+    budget: &BodyBudget,
+) -> Result<(Bytes, BodyPermit), AppError> {
+    let mut held = BodyPermit::none();
+    let over_budget = || AppError::BodyBudget {
+        budget: budget.bytes(),
+    };
+    let announced = http_body::Body::size_hint(&body)
+        .exact()
+        .and_then(|n| usize::try_from(n).ok());
+    if let Some(n) = announced {
+        if n > limit {
+            return Err(AppError::TooLarge { limit });
         }
-        Err(e) => {
-            // Some limits surface wrapped in the body's own error.
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
-            while let Some(s) = source {
-                if s.is::<LengthLimitError>() {
-                    return Err(AppError::TooLarge { limit });
-                }
-                source = s.source();
+        budget.grow(&mut held, n).ok_or_else(over_budget)?;
+    }
+    let mut body = Limited::new(body, limit);
+    let mut bytes = Vec::with_capacity(announced.unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| body_error(&*e, limit))?;
+        if let Ok(data) = frame.into_data() {
+            if announced.is_none() {
+                budget.grow(&mut held, data.len()).ok_or_else(over_budget)?;
             }
-            Err(AppError::BodyRead)
+            bytes.extend_from_slice(&data);
         }
     }
+    Ok((Bytes::from(bytes), held))
+}
+
+/// A body that could not be read: over the limit (some limits surface wrapped in the body's
+/// own error), or cut off.
+fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> AppError {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if s.is::<LengthLimitError>() {
+            return AppError::TooLarge { limit };
+        }
+        source = s.source();
+    }
+    AppError::BodyRead
 }
 
 fn verify_error(src: &Source, e: VerifyError) -> AppError {
@@ -262,6 +319,7 @@ fn verify_error(src: &Source, e: VerifyError) -> AppError {
             kind,
             detail,
         },
+        403 => AppError::Forbidden { kind, detail },
         _ => AppError::BadRequest { kind, detail },
     }
 }

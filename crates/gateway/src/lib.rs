@@ -40,6 +40,7 @@ pub mod allow;
 
 mod admin;
 mod batch;
+mod budget;
 mod dispatch;
 mod documents;
 mod event;
@@ -62,7 +63,6 @@ pub use idemgate::{AnyStore, store};
 
 /// The router: every route, the body limit and the request timeout.
 pub fn app(state: AppState) -> Router {
-    let limits = state.limits.clone();
     Router::new()
         .route("/hooks/{source}", post(ingest::hook))
         .route("/v1/claims", post(api::create_claim))
@@ -84,7 +84,7 @@ pub fn app(state: AppState) -> Router {
         )
         .fallback(admin::not_found)
         // Bodies are read with an explicit limit by each handler; this bounds everything else.
-        .layer(DefaultBodyLimit::max(limits.body_limit))
+        .layer(DefaultBodyLimit::max(state.largest_body_limit()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::guard,

@@ -139,6 +139,10 @@ outcomes! {
     ConfirmFailed => "confirm_failed",
     /// Basic auth credentials that match none configured (Postmark).
     BadCredentials => "bad_credentials",
+    /// A verified SNS message of a topic outside the source's `topic_arns`.
+    UntrustedTopic => "untrusted_topic",
+    /// The bodies being read already hold `limits.body_budget`: 503, retry shortly.
+    BodyBudget => "body_budget",
     /// A connection from an address outside the source's `allow_from`.
     ForbiddenPeer => "forbidden_peer",
     /// A fingerprint that is not 64 hex digits.
@@ -199,6 +203,7 @@ impl Outcome {
             VerifyError::NeedsDocument { .. } => Self::DocumentUnavailable,
             VerifyError::BadDocument { .. } => Self::BadDocument,
             VerifyError::BadCredentials => Self::BadCredentials,
+            VerifyError::UntrustedTopic { .. } => Self::UntrustedTopic,
             _ => Self::Error,
         }
     }
@@ -264,6 +269,9 @@ mod tests {
             VerifyError::BadSignature,
             VerifyError::BadCredentials,
             VerifyError::MalformedBody { why: "x" },
+            VerifyError::UntrustedTopic {
+                topic_arn: "arn:aws:sns:us-east-1:1:t".into(),
+            },
         ] {
             assert_eq!(Outcome::of_refusal(&e).as_str(), e.kind());
         }

@@ -75,6 +75,9 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     // The sources and their verifiers first: a configuration error is found without touching
     // the store.
     let sources = Sources::build(config)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let store = AnyStore::open(&config.store).await?;
     // The tier is reached now, so a Redis that is down is said at start; the gateway still
     // serves, from the store alone, until it is back.
@@ -492,11 +495,16 @@ impl Refusals {
 impl Limits {
     /// The connection cap: `max_connections`, or by default half the file descriptors this
     /// process may open less a reserve (each served connection may forward over a connection of
-    /// its own; the store's pool, the log and the data files need some too).
+    /// its own; the store's pool, the log and the data files need some too), and no more than
+    /// one per 256 KiB of the memory the process may use (its cgroup's limit in a container).
     pub fn connection_cap(&self) -> usize {
         self.max_connections
             .map(std::num::NonZeroUsize::get)
-            .unwrap_or_else(|| default_connection_cap(open_files_limit()))
+            .unwrap_or_else(|| {
+                let files = default_connection_cap(open_files_limit());
+                crate::budget::memory_connection_cap(crate::budget::memory_limit())
+                    .map_or(files, |memory| files.min(memory))
+            })
     }
 }
 

@@ -39,6 +39,11 @@ pub struct Source {
     pub dispatch: Dispatch,
     pub on_conflict: OnConflict,
     pub late_duplicates: LateDuplicates,
+    /// The largest body accepted for it (`body_limit`, or the defaults: `limits.body_limit`, or
+    /// the provider's documented maximum when larger).
+    pub body_limit: usize,
+    /// `dedupe_on_body`: each delivery's payload fingerprint is claimed too.
+    pub dedupe_on_body: bool,
 }
 
 impl Source {
@@ -110,6 +115,8 @@ pub struct Inner {
     /// Forwards in flight, each on a task of its own so that it settles itself whatever becomes
     /// of the request it came with; shutdown waits for them.
     pub(crate) forwards: tokio_util::task::TaskTracker,
+    /// The bytes of request bodies held at once, across every connection.
+    pub(crate) body_budget: crate::budget::BodyBudget,
 }
 
 impl std::ops::Deref for AppState {
@@ -156,7 +163,7 @@ impl Sources {
         let mut sources = HashMap::new();
         let mut clients = Clients::default();
         for (i, sc) in config.sources.iter().enumerate() {
-            let source = build_source(i, sc, &mut clients)?;
+            let source = build_source(i, sc, config.limits.body_limit, &mut clients)?;
             if source.needs_bearer() && config.api_tokens.is_empty() {
                 return Err(sc.invalid(
                     "provider",
@@ -215,6 +222,7 @@ impl AppState {
             holder,
             inbox_wakeup: tokio::sync::Notify::new(),
             forwards: tokio_util::task::TaskTracker::new(),
+            body_budget: crate::budget::BodyBudget::new(config.limits.body_budget(&config.sources)),
             sources,
             dedup: dedup.build(),
             store,
@@ -243,6 +251,22 @@ impl AppState {
     /// This process's instance and boot, when it registered one ([`crate::open`]).
     pub fn holder(&self) -> Option<&Holder> {
         self.holder.as_ref()
+    }
+
+    /// The largest body any route accepts: `limits.body_limit`, or a source's when larger.
+    pub(crate) fn largest_body_limit(&self) -> usize {
+        self.sources
+            .values()
+            .map(|s| s.body_limit)
+            .fold(self.limits.body_limit, usize::max)
+    }
+
+    /// The body limit of `/hooks/{name}`: its source's, or `limits.body_limit` for a name no
+    /// source has.
+    pub(crate) fn body_limit_of(&self, name: &str) -> usize {
+        self.sources
+            .get(name)
+            .map_or(self.limits.body_limit, |s| s.body_limit)
     }
 
     /// The metrics label for a source name: the name if configured, else `unknown` (one label,
@@ -529,10 +553,12 @@ impl Clients {
 fn build_source(
     index: usize,
     sc: &SourceConfig,
+    body_limit: usize,
     clients: &mut Clients,
 ) -> Result<Source, config::ConfigError> {
     let policy = sc.policy(index)?;
     let verifier = crate::ingest::verifier(sc)?;
+    let body_limit = sc.body_limit(body_limit, verifier.scheme());
     Ok(Source {
         name: policy.name.clone(),
         forward_url: policy.forward_url.clone(),
@@ -546,6 +572,8 @@ fn build_source(
         dispatch: sc.dispatch.clone(),
         on_conflict: sc.on_conflict,
         late_duplicates: sc.late_duplicates,
+        body_limit,
+        dedupe_on_body: sc.dedupe_on_body(),
     })
 }
 

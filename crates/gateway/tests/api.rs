@@ -414,7 +414,7 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
     let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     stream
-        .write_all(b"POST /hooks/orders HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"id\":")
+        .write_all(b"POST /hooks/orders HTTP/1.1\r\nhost: x\r\nstripe-signature: t=1,v1=00\r\ncontent-length: 100\r\n\r\n{\"id\":")
         .await
         .unwrap();
     let mut answer = Vec::new();

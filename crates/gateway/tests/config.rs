@@ -344,3 +344,29 @@ fn https_forward_urls_take_a_tls_table_checked_at_load() {
     let e = load(&format!("{STRIPE}forward_url = \"ftp://127.0.0.1/hook\"\n")).unwrap_err();
     assert!(e.contains("not an http:// or https:// URL"), "{e}");
 }
+
+#[test]
+fn what_holds_together_but_is_risky_is_warned_of() {
+    let config = load(
+        "[[source]]\nname = \"topics\"\nprovider = \"sns\"\nallow_any_topic = true\n\
+         [[source]]\nname = \"push\"\nprovider = \"pubsub\"\naudience = \"https://x/\"\nallow_any_service_account = true\n\
+         [[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"s\"]\nbody_limit = 1048576\n\
+         [[source]]\nname = \"gh-default\"\nprovider = \"github\"\nsecrets = [\"s\"]\n",
+    )
+    .unwrap();
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    assert!(warnings[0].contains("\"topics\"") && warnings[0].contains("topic_arns"));
+    assert!(warnings[1].contains("\"push\"") && warnings[1].contains("service_account"));
+    assert!(
+        warnings[2].contains("\"gh\"") && warnings[2].contains("25 MB"),
+        "{}",
+        warnings[2]
+    );
+    // GitHub's default limit is its 25 MB, and it claims payload fingerprints too.
+    let sc = &config.sources[3];
+    let scheme = idemgate_providers::Scheme::from_name("github").unwrap();
+    assert_eq!(sc.body_limit(1 << 20, &scheme), 25 << 20);
+    assert!(sc.dedupe_on_body());
+    assert!(!config.sources[0].dedupe_on_body());
+}

@@ -126,8 +126,8 @@ async fn early_refusals_keep_the_connection_or_say_they_close_it() {
     let gw = Gateway::start(&format!("{STRIPE}forward_url = \"{}\"\n", down.url)).await;
     let mut conn = TcpStream::connect(gw.addr).await.unwrap();
     let body = r#"{"id":"evt_1","object":"event"}"#;
-    // Unknown source, then a bad signature, each with a body: both read the body first, so the
-    // connection carries on.
+    // Unknown source, then a missing signature, each with a small body: refused from the headers,
+    // the small body read and dropped, so the connection carries on.
     for (path, expect, outcome) in [
         ("/hooks/no-such-source", 404, "unknown_source"),
         ("/hooks/stripe-live", 401, "missing_header"),
@@ -331,7 +331,7 @@ async fn a_body_slower_than_the_request_timeout_gets_408_and_a_close() {
     let gw = Gateway::start(&format!("{STRIPE}[limits]\nrequest_timeout = \"300ms\"\n")).await;
     let mut conn = TcpStream::connect(gw.addr).await.unwrap();
     conn.write_all(
-        b"POST /hooks/stripe-live HTTP/1.1\r\nhost: x\r\ncontent-length: 50\r\n\r\n{\"id\":",
+        b"POST /hooks/stripe-live HTTP/1.1\r\nhost: x\r\nstripe-signature: t=1,v1=00\r\ncontent-length: 50\r\n\r\n{\"id\":",
     )
     .await
     .unwrap();
@@ -505,5 +505,137 @@ async fn every_answer_carries_an_outcome_and_every_error_a_problem() {
             );
         }
     }
+    gw.stop().await;
+}
+
+/// A client that writes its whole (too large) body before it reads anything, as Node's fetch
+/// does: the gateway refuses it from its `Content-Length` at once, and reads and drops the rest
+/// of the body for a while instead of closing on it, so the 413 reaches the client rather than a
+/// reset connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_413_reaches_a_client_that_writes_its_whole_body_first() {
+    let gw = Gateway::start(
+        "[limits]\nbody_limit = 65536\n[[source]]\nname = \"s\"\nprovider = \"github\"\nsecrets = [\"x\"]\nbody_limit = 65536\n",
+    )
+    .await;
+    let size = 8 << 20;
+    let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /hooks/s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-hub-signature-256: sha256=00\r\ncontent-length: {size}\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0;
+    while sent < size {
+        conn.write_all(&chunk)
+            .await
+            .unwrap_or_else(|e| panic!("the connection broke after {sent} bytes: {e}"));
+        sent += chunk.len();
+    }
+    let raw = read_answer(&mut conn, Duration::from_secs(5))
+        .await
+        .expect("the answer, after the whole body was written");
+    assert_eq!(raw.status, 413, "{}", raw.head);
+    assert_eq!(raw.header("connection"), Some("close"));
+    gw.stop().await;
+}
+
+/// Sends a request's head only (announcing `length` bytes of body), and reads the answer.
+async fn head_only(gw: &Gateway, path: &str, extra: &str, length: usize) -> Result<Raw, String> {
+    let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}content-length: {length}\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    read_answer(&mut conn, Duration::from_secs(2)).await
+}
+
+/// What the headers already refuse is refused before a byte of the body is read (so nobody can
+/// make the gateway hold bodies for a source that does not exist, or without the headers its
+/// signature travels in): the answer comes while the body has not even been sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bodies_are_not_read_for_what_the_headers_already_refuse() {
+    let gw = Gateway::start(
+        "api_tokens = [\"bus-token-0123456789\"]\n[[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\n[[source]]\nname = \"bus\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"X-Event-Id\"\n[[source]]\nname = \"inside\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nallow_from = [\"10.9.8.0/24\"]\n",
+    )
+    .await;
+    let length = 512 * 1024;
+    for (path, extra, status, outcome) in [
+        ("/hooks/nosuch", "", 404, "unknown_source"),
+        ("/hooks/gh", "", 401, "missing_header"),
+        ("/hooks/bus", "x-event-id: e-1\r\n", 401, "unauthorized"),
+        (
+            "/hooks/inside",
+            "stripe-signature: t=1,v1=00\r\n",
+            403,
+            "forbidden_peer",
+        ),
+    ] {
+        let raw = head_only(&gw, path, extra, length)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: no answer before the body: {e}"));
+        assert_eq!(raw.status, status, "{path}: {}", raw.head);
+        assert_eq!(raw.header("idemgate-outcome"), Some(outcome), "{path}");
+    }
+    // With its signature header, the body is read (and the signature then checked).
+    assert!(
+        head_only(
+            &gw,
+            "/hooks/gh",
+            "x-hub-signature-256: sha256=00\r\n",
+            length
+        )
+        .await
+        .is_err(),
+        "answered before the body it must check"
+    );
+    gw.stop().await;
+}
+
+/// The bytes of bodies held at once are bounded across connections: a body that does not fit
+/// in what the others hold is answered 503 at once, and fits again once they are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bodies_held_at_once_are_bounded_by_the_budget() {
+    let gw = Gateway::start(
+        "[limits]\nbody_budget = 307200\n[[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"x\"]\nbody_limit = 262144\n",
+    )
+    .await;
+    let sig = "x-hub-signature-256: sha256=00\r\nx-github-delivery: d-1\r\n";
+    let length = 200 * 1024;
+    // One body in progress holds 200 KiB of the 300 KiB.
+    let mut first = TcpStream::connect(gw.addr).await.unwrap();
+    first
+        .write_all(
+            format!("POST /hooks/gh HTTP/1.1\r\nhost: x\r\n{sig}content-length: {length}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    first.write_all(&vec![b' '; 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A second does not fit: refused at once.
+    let raw = head_only(&gw, "/hooks/gh", sig, length).await.unwrap();
+    assert_eq!(raw.status, 503, "{}", raw.head);
+    assert_eq!(raw.header("idemgate-outcome"), Some("body_budget"));
+    assert!(raw.header("retry-after").is_some());
+    // The first is done (its signature is wrong: 401): its share comes back.
+    first.write_all(&vec![b' '; length - 1024]).await.unwrap();
+    let done = read_answer(&mut first, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(done.status, 401, "{}", done.head);
+    let mut again = TcpStream::connect(gw.addr).await.unwrap();
+    again
+        .write_all(
+            format!("POST /hooks/gh HTTP/1.1\r\nhost: x\r\n{sig}content-length: {length}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    again.write_all(&vec![b' '; length]).await.unwrap();
+    let raw = read_answer(&mut again, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(raw.status, 401, "read and checked: {}", raw.head);
     gw.stop().await;
 }

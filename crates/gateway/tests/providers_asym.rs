@@ -404,7 +404,7 @@ async fn pubsub_with_a_jwks_url_fetches_it_once_over_https_and_keeps_it() {
         "pubsub",
         &down,
         &format!(
-            "audience = \"{AUDIENCE}\"\njwks_url = \"{}\"\n{trust}",
+            "audience = \"{AUDIENCE}\"\nallow_any_service_account = true\njwks_url = \"{}\"\n{trust}",
             docs.url("/jwks")
         ),
     ))
@@ -433,7 +433,7 @@ async fn pubsub_with_a_jwks_url_fetches_it_once_over_https_and_keeps_it() {
         "pubsub",
         &down,
         &format!(
-            "audience = \"{AUDIENCE}\"\njwks_url = \"{}\"",
+            "audience = \"{AUDIENCE}\"\nallow_any_service_account = true\njwks_url = \"{}\"",
             docs.url("/jwks")
         ),
     ))
@@ -475,7 +475,7 @@ async fn sns_gateway(down: &Downstream, docs: &Documents, trust: &str, extra: &s
         "sns",
         down,
         &format!(
-            "cert_hosts = [\"127.0.0.1:{}\"]\n{trust}{extra}",
+            "cert_hosts = [\"127.0.0.1:{}\"]\ntopic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]\n{trust}{extra}",
             docs.addr.port()
         ),
     ))
@@ -503,6 +503,27 @@ async fn sns_fetches_its_certificate_over_https_and_never_from_a_host_outside_th
     assert_eq!((r.status, r.outcome()), (200, "duplicate"));
     assert_eq!(docs.hits("/cert.pem"), 1);
     assert_eq!(down.attempts("sns:n-1"), [1]);
+
+    // A message AWS signed for another account's topic: 403, never forwarded.
+    let mut foreign = sns_message("Notification", "n-foreign", &docs.url("/cert.pem"));
+    foreign.insert(
+        "TopicArn".into(),
+        Value::String("arn:aws:sns:us-east-1:999999999999:orders".into()),
+    );
+    let r = gw
+        .post(
+            "/hooks/sns",
+            json_headers(HeaderMap::new()),
+            sns_body(&foreign),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.outcome()),
+        (403, "untrusted_topic"),
+        "{:?}",
+        r.body
+    );
+    assert!(down.attempts("sns:n-foreign").is_empty());
 
     // The same server under another name: outside the pattern, refused without a fetch.
     let elsewhere = format!("https://localhost:{}/cert.pem", docs.addr.port());
@@ -600,10 +621,22 @@ async fn keys_for_another_provider_are_refused_naming_the_key() {
             "secrets = [\"s\"]\nfetch_ca_file = \"/x\"",
             "fetch_ca_file",
         ),
-        ("sns", "secrets = [\"s\"]", "secrets"),
+        (
+            "sns",
+            "secrets = [\"s\"]\nallow_any_topic = true",
+            "secrets",
+        ),
+        ("sns", "", "topic_arns"),
+        ("sns", "topic_arns = [\"orders\"]", "topic_arns"),
+        ("pubsub", "audience = \"x\"", "service_account"),
+        (
+            "stripe",
+            "secrets = [\"s\"]\nallow_any_topic = true",
+            "allow_any_topic",
+        ),
         (
             "pubsub",
-            "audience = \"x\"\njwks_file = \"/nonexistent/jwks.json\"",
+            "audience = \"x\"\nallow_any_service_account = true\njwks_file = \"/nonexistent/jwks.json\"",
             "jwks_file",
         ),
     ] {

@@ -144,6 +144,10 @@ pub enum VerifyError {
     /// The `Authorization: Basic` credentials match none of the configured ones (Postmark).
     #[error("the basic auth credentials match none configured")]
     BadCredentials,
+    /// A verified SNS message of a topic the source does not accept (`topic_arns`): AWS signs
+    /// messages of any account's topics, so the signature alone proves nothing of the sender.
+    #[error("topic {topic_arn} is not one of the source's topic_arns")]
+    UntrustedTopic { topic_arn: String },
 }
 
 impl VerifyError {
@@ -165,6 +169,7 @@ impl VerifyError {
             Self::MissingEventId { .. } | Self::InvalidEventId(_) | Self::InvalidJson(_) => 400,
             Self::NeedsDocument { .. } => 503,
             Self::BadDocument { .. } => 502,
+            Self::UntrustedTopic { .. } => 403,
         }
     }
 
@@ -186,6 +191,7 @@ impl VerifyError {
             Self::NeedsDocument { .. } => "document_unavailable",
             Self::BadDocument { .. } => "bad_document",
             Self::BadCredentials => "bad_credentials",
+            Self::UntrustedTopic { .. } => "untrusted_topic",
         }
     }
 }

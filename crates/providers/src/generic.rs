@@ -139,6 +139,18 @@ pub(crate) struct Compiled {
 const SCHEME: &str = "generic-hmac";
 
 impl Compiled {
+    /// The signature header and the timestamp header (when one is signed) are present.
+    pub(crate) fn check_headers(&self, headers: &http::HeaderMap) -> Result<(), VerifyError> {
+        for header in std::iter::once(&self.header).chain(self.timestamp_header.as_ref()) {
+            if !headers.contains_key(header) {
+                return Err(VerifyError::MissingHeader {
+                    header: header.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn new(config: &GenericHmac) -> Result<Self, ConfigError> {
         if config.header.is_empty() {
             return Err(ConfigError::Missing {

@@ -155,6 +155,18 @@ impl Scheme {
         }
     }
 
+    /// The largest payload the sender documents sending, with where it says so: a source's body
+    /// limit defaults to at least this, and `idemgate check` warns when one is set below it.
+    /// `None` where the sender documents no maximum (its payloads are small).
+    pub fn documented_max_body(&self) -> Option<(usize, &'static str)> {
+        match self {
+            // "Payloads are capped at 25 MB": docs.github.com, "Webhook events and payloads"
+            // (checked 2026-12).
+            Self::Github => Some((25 << 20, "GitHub caps webhook payloads at 25 MB")),
+            _ => None,
+        }
+    }
+
     /// Whether a delivery may hold several events, each with its own id (SendGrid's array): see
     /// [`Verified::batch`](crate::Verified::batch).
     pub fn is_batch(&self) -> bool {

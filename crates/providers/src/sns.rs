@@ -44,12 +44,17 @@ pub struct Sns {
     /// Host patterns (`sns.*.amazonaws.com`; `*` is one DNS label; `host:port` to allow a port)
     /// that `SigningCertURL` and `SubscribeURL` must match; empty means [`DEFAULT_CERT_HOSTS`].
     pub cert_hosts: Vec<String>,
+    /// The topics (`TopicArn`) whose messages are accepted: any other verified message is
+    /// refused ([`VerifyError::UntrustedTopic`]). Empty accepts every topic: any AWS account
+    /// can make SNS sign a message to any endpoint, so leave it empty only on purpose.
+    pub topic_arns: Vec<String>,
 }
 
 /// `sns`, validated.
 #[derive(Debug)]
 pub(crate) struct Compiled {
     hosts: Vec<Pattern>,
+    topics: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -203,7 +208,10 @@ impl Compiled {
                 })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { hosts })
+        Ok(Self {
+            hosts,
+            topics: config.topic_arns.clone(),
+        })
     }
 
     /// `url`, if it is `https` on an allowed host.
@@ -301,6 +309,13 @@ impl Compiled {
             }
             _ => check_fresh(at, now, tolerance)?,
         }
+        // Signed by AWS, but for any account's topic: only the source's own topics count.
+        let topic = text(&m, "TopicArn")?;
+        if !self.topics.is_empty() && !self.topics.iter().any(|t| t == topic) {
+            return Err(VerifyError::UntrustedTopic {
+                topic_arn: topic.chars().take(256).collect(),
+            });
+        }
         let control = match text(&m, "Type")? {
             "SubscriptionConfirmation" => Some(Control::SnsSubscription {
                 subscribe_url: self.trusted("SubscribeURL", text(&m, "SubscribeURL")?)?,
@@ -364,6 +379,7 @@ mod tests {
     fn compiled(hosts: &[&str]) -> Compiled {
         Compiled::new(&Sns {
             cert_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            ..Sns::default()
         })
         .unwrap()
     }
@@ -408,6 +424,7 @@ mod tests {
         for bad in ["*", "*.com", "sns.*.amazon aws.com", "host:port", "a..b"] {
             let e = Compiled::new(&Sns {
                 cert_hosts: vec![bad.to_owned()],
+                ..Sns::default()
             })
             .unwrap_err();
             assert!(e.to_string().contains("cert_hosts"), "{bad}: {e}");

@@ -352,6 +352,39 @@ impl Verifier {
         })
     }
 
+    /// The headers a delivery must carry for its signature to be checked at all, looked for
+    /// before its body is read: a request without them is refused (401 `missing_header`) without
+    /// reading what it sends. Presence only; the signature check proper needs the body.
+    ///
+    /// # Errors
+    /// [`VerifyError::MissingHeader`] naming the first header absent.
+    pub fn check_headers(&self, headers: &HeaderMap) -> Result<(), VerifyError> {
+        let needed: &[&HeaderName] = match &self.plan {
+            Plan::Stripe => &[&stripe::SIGNATURE_HEADER],
+            Plan::Github => &[&github::SIGNATURE_HEADER],
+            Plan::Shopify => &[&shopify::SIGNATURE_HEADER],
+            Plan::Slack => &[&slack::SIGNATURE_HEADER, &slack::TIMESTAMP_HEADER],
+            Plan::StandardWebhooks(names) => &[&names.signature, &names.timestamp, &names.id],
+            Plan::Paddle => &[&paddle::SIGNATURE_HEADER],
+            Plan::Generic(compiled) => {
+                return compiled.check_headers(headers);
+            }
+            Plan::Sendgrid => &[&sendgrid::SIGNATURE_HEADER, &sendgrid::TIMESTAMP_HEADER],
+            Plan::Pubsub(_) => &[&pubsub::AUTHORIZATION_HEADER],
+            Plan::Square(_) => &[&square::SIGNATURE_HEADER],
+            Plan::Twilio { .. } => &[&twilio::SIGNATURE_HEADER],
+            Plan::Postmark { .. } => &[&http::header::AUTHORIZATION],
+            // Signed in the body (SNS, Mailgun), or not at all.
+            Plan::Unsigned(_) | Plan::Sns(_) | Plan::Mailgun(_) => &[],
+        };
+        match needed.iter().find(|h| !headers.contains_key(**h)) {
+            Some(header) => Err(VerifyError::MissingHeader {
+                header: (*header).clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks one delivery: the signature first (constant-time, against every active secret and
     /// every signature the request carries), then the signed timestamp against the tolerance in
     /// both directions, then the event id.

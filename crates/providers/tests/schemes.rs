@@ -85,6 +85,8 @@ impl Case {
 
         // Good, and signed with the current secret.
         let good = self.signed(self.secrets[0], NOW, body);
+        v.check_headers(&good)
+            .expect("a signed delivery has every header its check needs");
         let ok = v.verify(&good, body, at(NOW)).unwrap();
         assert_eq!(ok.event_id.as_str(), self.expected_id);
         assert_eq!(ok.signed_at.is_some(), self.signs_timestamp);
@@ -205,6 +207,12 @@ fn expect(v: &Verifier, headers: &HeaderMap, body: &[u8], now: u64, kind: &str) 
 }
 
 fn expect_missing(v: &Verifier, headers: &HeaderMap, body: &[u8], name: &str) {
+    // Found missing before the body is read, too.
+    let early = v.check_headers(headers).unwrap_err();
+    assert!(
+        matches!(&early, VerifyError::MissingHeader { header } if header.as_str() == name.to_ascii_lowercase()),
+        "{name}: {early:?}"
+    );
     let err = v.verify(headers, body, at(NOW)).unwrap_err();
     assert!(
         matches!(&err, VerifyError::MissingHeader { header } if header.as_str() == name.to_ascii_lowercase()),

@@ -23,6 +23,7 @@ fn time(rfc3339: &str) -> SystemTime {
 fn verifier(hosts: &[&str]) -> Verifier {
     let config = Sns {
         cert_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        ..Sns::default()
     };
     Verifier::new(Scheme::Sns(config), vec![], Verifier::DEFAULT_TOLERANCE).unwrap()
 }
@@ -79,6 +80,42 @@ fn the_validators_verdicts_hold() {
         }
     }
     assert_eq!(seen, (4, 5));
+}
+
+/// Any AWS account can make SNS sign a message to any endpoint: with `topic_arns`, a verified
+/// message of another topic is refused (403 `untrusted_topic`), a message of one listed passes.
+#[test]
+fn a_verified_message_of_a_foreign_topic_is_refused() {
+    let f = fixture();
+    let now = time(f["now"].as_str().unwrap());
+    let vector = f["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["valid"].as_bool().unwrap())
+        .unwrap();
+    let body = vector["body"].as_str().unwrap().as_bytes();
+    let pinned = |topics: &[&str]| {
+        Verifier::new(
+            Scheme::Sns(Sns {
+                topic_arns: topics.iter().map(|t| (*t).to_owned()).collect(),
+                ..Sns::default()
+            }),
+            vec![],
+            Verifier::DEFAULT_TOLERANCE,
+        )
+        .unwrap()
+    };
+    let ours = pinned(&["arn:aws:sns:us-east-1:123456789012:orders"]);
+    assert!(check(&ours, body, CERT, now).is_ok());
+    let theirs = pinned(&["arn:aws:sns:us-east-1:999999999999:orders"]);
+    let e = check(&theirs, body, CERT, now).unwrap_err();
+    assert_eq!((e.status(), e.kind()), (403, "untrusted_topic"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("arn:aws:sns:us-east-1:123456789012:orders"),
+        "{e}"
+    );
 }
 
 fn message(url: &str, at: &str) -> Map<String, Value> {
@@ -214,6 +251,7 @@ fn bad_messages_and_documents_are_refused_clearly() {
     let e = Verifier::new(
         Scheme::Sns(Sns {
             cert_hosts: vec!["*".into()],
+            ..Sns::default()
         }),
         vec![],
         Verifier::DEFAULT_TOLERANCE,

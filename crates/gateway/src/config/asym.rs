@@ -20,8 +20,15 @@ impl SourceConfig {
             ("service_account", self.service_account.is_some(), "pubsub"),
             ("jwks_file", self.jwks_file.is_some(), "pubsub"),
             ("jwks_url", self.jwks_url.is_some(), "pubsub"),
+            (
+                "allow_any_service_account",
+                self.allow_any_service_account.is_some(),
+                "pubsub",
+            ),
             ("cert_hosts", self.cert_hosts.is_some(), "sns"),
             ("sns_subscription", self.sns_subscription.is_some(), "sns"),
+            ("topic_arns", self.topic_arns.is_some(), "sns"),
+            ("allow_any_topic", self.allow_any_topic.is_some(), "sns"),
         ] {
             if set && self.provider != only {
                 return Err(self.invalid(
@@ -79,6 +86,12 @@ impl SourceConfig {
                         }))
                     }
                 };
+                if self.service_account.is_none() && self.allow_any_service_account != Some(true) {
+                    return Err(self.invalid(
+                        "service_account",
+                        "required for provider \"pubsub\": the push subscription's service account (its tokens' email); without it a token any Google service account obtained for this audience is accepted. Set allow_any_service_account = true to accept any (warned at start)",
+                    ));
+                }
                 Scheme::Pubsub(Pubsub {
                     audience,
                     issuers: self.issuers.clone().unwrap_or_default(),
@@ -86,9 +99,25 @@ impl SourceConfig {
                     jwks,
                 })
             }
-            "sns" => Scheme::Sns(Sns {
-                cert_hosts: self.cert_hosts.clone().unwrap_or_default(),
-            }),
+            "sns" => {
+                let topics = self.topic_arns.clone().unwrap_or_default();
+                if topics.is_empty() && self.allow_any_topic != Some(true) {
+                    return Err(self.invalid(
+                        "topic_arns",
+                        "required for provider \"sns\": the topics (TopicArn) whose messages are accepted, since any AWS account can make SNS sign a message to this endpoint. Set allow_any_topic = true to accept every topic (warned at start)",
+                    ));
+                }
+                if let Some(bad) = topics.iter().find(|t| !t.starts_with("arn:")) {
+                    return Err(self.invalid(
+                        "topic_arns",
+                        format!("{bad:?} is not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)"),
+                    ));
+                }
+                Scheme::Sns(Sns {
+                    cert_hosts: self.cert_hosts.clone().unwrap_or_default(),
+                    topic_arns: topics,
+                })
+            }
             _ => return Ok(None),
         }))
     }

@@ -154,6 +154,12 @@ pub struct Limits {
     /// On shutdown, how long in-flight requests may take to finish.
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Most bytes of request bodies held at once, across every connection, before the senders
+    /// are authenticated (a body is read before its signature is checked). A body that would go
+    /// past it is answered 503 with `Retry-After`. Default: a 32nd of the memory the process may
+    /// use (its cgroup's limit in a container), between 16 MiB and 256 MiB, and at least the
+    /// largest body limit.
+    pub body_budget: Option<usize>,
 }
 
 impl Default for Limits {
@@ -164,6 +170,7 @@ impl Default for Limits {
             header_timeout: default_header_timeout(),
             max_connections: None,
             shutdown_grace: default_shutdown_grace(),
+            body_budget: None,
         }
     }
 }
@@ -367,6 +374,24 @@ pub struct SourceConfig {
     /// the proxy: forwarded headers are not trusted.
     #[serde(default)]
     pub allow_from: Vec<String>,
+    /// Any source: the largest body accepted for it, in bytes (larger gets 413). Default:
+    /// `limits.body_limit`, or the provider's documented maximum when larger (GitHub: 25 MB).
+    pub body_limit: Option<usize>,
+    /// Any source: also claim each delivery's payload fingerprint (SHA-256 of the body) within
+    /// the TTL, so a captured delivery replayed under a new event id is a duplicate. For senders
+    /// whose event id is not signed (GitHub's `X-GitHub-Delivery`, Shopify's and Twilio's id
+    /// headers), where a new id header makes an old request new. On by default for `github`.
+    /// The cost: two deliveries with byte-identical bodies and different ids count as one.
+    pub dedupe_on_body: Option<bool>,
+    /// `sns`: the topics (`TopicArn`s) whose messages are accepted; any other is refused (403).
+    /// Any AWS account can make SNS sign a message to this endpoint, so this is required,
+    /// unless `allow_any_topic = true`.
+    pub topic_arns: Option<Vec<String>>,
+    /// `sns`: accept messages of every topic (warned at start and by `check`).
+    pub allow_any_topic: Option<bool>,
+    /// `pubsub`: accept tokens of any service account (warned at start and by `check`); without
+    /// it, `service_account` is required.
+    pub allow_any_service_account: Option<bool>,
 }
 
 /// `sns_subscription`: what a verified SNS `SubscriptionConfirmation` leads to.
@@ -403,7 +428,43 @@ pub struct SourcePolicy {
     pub allow_from: Vec<crate::allow::Cidr>,
 }
 
+impl Limits {
+    /// The body budget: `body_budget`, or the default from the memory the process may use, at
+    /// least the largest body limit of `sources`.
+    pub fn body_budget(&self, sources: &[SourceConfig]) -> usize {
+        self.body_budget.unwrap_or_else(|| {
+            let largest = sources
+                .iter()
+                .map(|s| {
+                    let scheme = idemgate_providers::Scheme::from_name(&s.provider).ok();
+                    match scheme {
+                        Some(scheme) => s.body_limit(self.body_limit, &scheme),
+                        None => s.body_limit.unwrap_or(self.body_limit),
+                    }
+                })
+                .fold(self.body_limit, usize::max);
+            crate::budget::default_body_budget(crate::budget::memory_limit(), largest)
+        })
+    }
+}
+
 impl SourceConfig {
+    /// The largest body accepted: `body_limit`, or `limits.body_limit` (`global`), or the
+    /// provider's documented maximum when that is larger.
+    pub fn body_limit(&self, global: usize, scheme: &idemgate_providers::Scheme) -> usize {
+        self.body_limit.unwrap_or_else(|| {
+            scheme
+                .documented_max_body()
+                .map_or(global, |(max, _)| max.max(global))
+        })
+    }
+
+    /// `dedupe_on_body`, by default on for `github` (whose event id, `X-GitHub-Delivery`, is not
+    /// signed and whose deliveries sign no timestamp).
+    pub fn dedupe_on_body(&self) -> bool {
+        self.dedupe_on_body.unwrap_or(self.provider == "github")
+    }
+
     /// The timestamp tolerance: the configured one, or 5 minutes; for Mailgun, the retry window
     /// plus the clock skew (its preset's, or this source's), since a Mailgun retry resends the
     /// first attempt's signed timestamp, hours later.
@@ -747,6 +808,42 @@ impl Config {
         })
     }
 
+    /// What holds together but an operator should hear of, one line each: a source that takes
+    /// any SNS topic or any Pub/Sub service account, a body limit below what the sender
+    /// documents sending. `serve` logs them at start, `check` prints them.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for sc in &self.sources {
+            if sc.provider == "sns" && sc.allow_any_topic == Some(true) {
+                out.push(format!(
+                    "source {:?} accepts SNS messages of every topic (allow_any_topic): any AWS account can make SNS sign a message to it; list its topic_arns",
+                    sc.name
+                ));
+            }
+            if sc.provider == "pubsub"
+                && sc.service_account.is_none()
+                && sc.allow_any_service_account == Some(true)
+            {
+                out.push(format!(
+                    "source {:?} accepts push tokens of any service account (allow_any_service_account): set service_account to the push subscription's",
+                    sc.name
+                ));
+            }
+            if let (Some(limit), Ok(scheme)) = (
+                sc.body_limit,
+                idemgate_providers::Scheme::from_name(&sc.provider),
+            ) && let Some((max, why)) = scheme.documented_max_body()
+                && limit < max
+            {
+                out.push(format!(
+                    "source {:?} has body_limit {limit} bytes, below the {max} its sender may send ({why}): larger deliveries get 413 and are lost",
+                    sc.name
+                ));
+            }
+        }
+        out
+    }
+
     /// Checks what serde cannot: names, TTLs, store settings.
     ///
     /// # Errors
@@ -831,6 +928,12 @@ impl Config {
                     why: "must be above zero".into(),
                 });
             }
+        }
+        if self.limits.body_budget == Some(0) {
+            problems.push(ConfigError::Global {
+                key: "limits.body_budget",
+                why: "must be above zero".into(),
+            });
         }
         if self.limits.body_limit == 0 {
             problems.push(ConfigError::Global {
