@@ -5,9 +5,11 @@
 use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idemgate::{Claimed, Once, ProcessError};
-use idemgate_core::ClaimOutcome;
+use std::time::Duration;
+
+use idemgate::{Claimed, Finish, Once, ProcessError};
 use idemgate_core::inbox::QueuedItem;
+use idemgate_core::{ClaimMode, ClaimOutcome, ClaimToken};
 use serde::Serialize;
 
 use std::sync::Arc;
@@ -69,7 +71,14 @@ pub(crate) async fn handle(
     held: Arc<BodyPermit>,
 ) -> Result<Handled, AppError> {
     if src.mode == Mode::Inbox {
-        return queue(state, src, claim, body, content_type).await;
+        let guard = match guard_body(state, src, &claim).await? {
+            Guarded::Claimed(guard) => guard,
+            Guarded::Answered(handled) => return Ok(handled),
+        };
+        let lease = claim.lease;
+        let result = queue(state, src, claim, body, content_type).await;
+        settle_guard(state, guard, lease, &result).await;
+        return result;
     }
     let task = {
         let state = state.clone();
@@ -78,7 +87,14 @@ pub(crate) async fn handle(
             // The body's share of the budget goes back once the forward is done with it.
             let _held = held;
             let src = state.source(name.as_str())?;
-            forward_once(&state, src, claim, body, content_type).await
+            let guard = match guard_body(&state, src, &claim).await? {
+                Guarded::Claimed(guard) => guard,
+                Guarded::Answered(handled) => return Ok(handled),
+            };
+            let lease = claim.lease;
+            let result = forward_once(&state, src, claim, body, content_type).await;
+            settle_guard(&state, guard, lease, &result).await;
+            result
         })
     };
     task.await.unwrap_or_else(|e| {
@@ -87,6 +103,96 @@ pub(crate) async fn handle(
             what: "the forward's task failed",
         })
     })
+}
+
+/// What claiming a delivery's payload fingerprint (`dedupe_on_body`) decided.
+enum Guarded {
+    /// Claimed, or not asked for (`None`): go on with the event id's claim, then settle it.
+    Claimed(Option<ClaimToken>),
+    /// The payload was received before (a replay under a new id, or the sender's retry), or is
+    /// being processed: the answer, without claiming the event id.
+    Answered(Handled),
+}
+
+/// With `dedupe_on_body`, claims the delivery's payload fingerprint as a key of its own
+/// (`body:{sha-256 hex}`) before the event id, under the same TTL, lease and late-duplicate
+/// policy: a captured delivery replayed with a new id header (GitHub, Shopify and Twilio do not
+/// sign their id headers, GitHub signs no timestamp) finds it and is a duplicate.
+///
+/// # Errors
+/// The store's, or the in-flight answer ([`AppError::InFlight`]).
+async fn guard_body(
+    state: &AppState,
+    src: &Source,
+    claim: &idemgate_core::ClaimRequest,
+) -> Result<Guarded, AppError> {
+    if !src.dedupe_on_body {
+        return Ok(Guarded::Claimed(None));
+    }
+    let Some(fingerprint) = claim.fingerprint else {
+        return Ok(Guarded::Claimed(None));
+    };
+    let id =
+        idemgate_core::EventId::new(format!("body:{}", fingerprint.to_hex())).map_err(|_| {
+            AppError::Internal {
+                what: "a payload fingerprint is not an event id",
+            }
+        })?;
+    let guard = idemgate_core::ClaimRequest {
+        key: idemgate_core::Key::new(src.name.clone(), id),
+        ..claim.clone()
+    }
+    .mode(ClaimMode::OnSuccess);
+    Ok(match state.dedup.claim(guard).await? {
+        ClaimOutcome::Claimed { token, .. } => Guarded::Claimed(Some(token)),
+        ClaimOutcome::Duplicate { first_seen, .. }
+        | ClaimOutcome::LateDuplicate { first_seen, .. } => Guarded::Answered(Handled::ok(
+            Outcome::Duplicate,
+            Answer::first_seen(first_seen),
+        )),
+        ClaimOutcome::InFlight { retry_after } => return Err(AppError::InFlight { retry_after }),
+        // The key is the payload's own fingerprint: another payload cannot reach it.
+        ClaimOutcome::Conflict { first_seen } => Guarded::Answered(Handled::ok(
+            Outcome::Conflict,
+            Answer::first_seen(first_seen),
+        )),
+    })
+}
+
+/// Completes the payload's claim when the event is processed (or was before), releases it
+/// otherwise, so the sender's retry finds it as the event id's claim does.
+async fn settle_guard(
+    state: &AppState,
+    guard: Option<ClaimToken>,
+    lease: Duration,
+    result: &Result<Handled, AppError>,
+) {
+    let Some(token) = guard else {
+        return;
+    };
+    let processed = result.as_ref().is_ok_and(|h| {
+        matches!(
+            h.outcome,
+            Outcome::Forwarded
+                | Outcome::Accepted
+                | Outcome::Queued
+                | Outcome::Duplicate
+                | Outcome::LateDuplicate
+        )
+    });
+    let what = if processed {
+        Finish::Complete
+    } else {
+        Finish::Release
+    };
+    if let Err(e) = state
+        .dedup
+        .finisher()
+        .finish(state.dedup.store(), &token, what, lease)
+        .await
+    {
+        tracing::warn!(source = %token.key.source, error = %crate::error::ErrorChain(&e), "the payload's claim was lost before it could be finished");
+    }
 }
 
 /// Forward mode's claim, forward, and completion or release, to its end.

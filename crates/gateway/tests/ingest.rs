@@ -669,3 +669,89 @@ async fn a_delivery_after_the_ttl_is_caught_under_each_policy() {
     );
     gw.stop().await;
 }
+
+/// GitHub signs neither its delivery id header nor a timestamp: a captured delivery replayed
+/// with a new `X-GitHub-Delivery` would be a new event. With `dedupe_on_body` (GitHub's
+/// default) the payload's fingerprint is claimed too, and the replay is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_under_a_new_unsigned_id_is_a_duplicate_with_dedupe_on_body() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "[[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"s\"]\nforward_url = \"{0}\"\n\
+         [[source]]\nname = \"gh-ids\"\nprovider = \"github\"\nsecrets = [\"s\"]\nforward_url = \"{0}\"\ndedupe_on_body = false\n",
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    let body = br#"{"action":"opened","number":7}"#.to_vec();
+    for (source, replay) in [("gh", "duplicate"), ("gh-ids", "forwarded")] {
+        let r = gw
+            .post(
+                &format!("/hooks/{source}"),
+                sign(&gw, source, "d-1", SystemTime::now(), &body),
+                body.clone(),
+            )
+            .await;
+        assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{source}");
+        // The same signed body, another id header.
+        let r = gw
+            .post(
+                &format!("/hooks/{source}"),
+                sign(&gw, source, "d-2", SystemTime::now(), &body),
+                body.clone(),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.outcome()),
+            (200, replay),
+            "{source}: {:?}",
+            r.body
+        );
+        // Another payload is another event.
+        let other = br#"{"action":"closed","number":7}"#.to_vec();
+        let r = gw
+            .post(
+                &format!("/hooks/{source}"),
+                sign(&gw, source, "d-3", SystemTime::now(), &other),
+                other,
+            )
+            .await;
+        assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{source}");
+    }
+    assert!(
+        down.attempts("gh:d-2").is_empty(),
+        "the replay was not forwarded"
+    );
+    assert_eq!(down.attempts("gh-ids:d-2"), [1]);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_forward_releases_the_payloads_claim_too() {
+    let down = Downstream::start(Behaviour::Fail).await;
+    let config = format!(
+        "[[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"s\"]\nforward_url = \"{}\"\n",
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    let body = br#"{"action":"opened","number":8}"#.to_vec();
+    let r = gw
+        .post(
+            "/hooks/gh",
+            sign(&gw, "gh", "d-1", SystemTime::now(), &body),
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.status, 502);
+    down.set(Behaviour::Ok);
+    // GitHub's manual redelivery keeps the id; it is processed, the payload not in the way.
+    let r = gw
+        .post(
+            "/hooks/gh",
+            sign(&gw, "gh", "d-1", SystemTime::now(), &body),
+            body,
+        )
+        .await;
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{:?}", r.body);
+    assert_eq!(down.attempts("gh:d-1").len(), 2);
+    gw.stop().await;
+}
