@@ -77,6 +77,11 @@ pub struct Gateway {
     registry: Arc<Registry>,
     clock: Clock,
     client: Client,
+    /// Top-level config lines of the scenario's own (`instance_lease = "3s"`), in every
+    /// incarnation's config after `instance`.
+    pub extra_toml: String,
+    /// Environment variables of the scenario's own (libfaketime's), for every incarnation.
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// Where a gateway runs and what it needs.
@@ -121,6 +126,8 @@ impl Gateway {
             registry: env.registry.clone(),
             clock: env.clock,
             client: env.client.clone(),
+            extra_toml: String::new(),
+            extra_env: Vec::new(),
         })
     }
 
@@ -134,6 +141,11 @@ impl Gateway {
             gateway: self.index,
             incarnation: self.incarnation,
         }
+    }
+
+    /// The run's cleanup registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     pub fn logs(&self) -> &[PathBuf] {
@@ -166,7 +178,7 @@ max_backoff = "1s"
         format!(
             r#"listen = "127.0.0.1:{port}"
 instance = "g{index}"
-
+{extra}
 {store}
 
 [limits]
@@ -187,6 +199,7 @@ late_duplicates = "flag"
 {inbox}"#,
             port = self.port,
             index = self.index,
+            extra = self.extra_toml,
             store = self.store_toml,
             down = self.downstream,
             incarnation = self.incarnation,
@@ -202,16 +215,11 @@ late_duplicates = "flag"
             .join(format!("g{}-r{}.toml", self.index, self.incarnation))
     }
 
-    /// Runs `idemgate {args} --config {the last incarnation's config}` and returns its stdout.
-    ///
-    /// # Errors
-    /// When it cannot run or exits non-zero (with its stderr).
-    pub async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+    /// `idemgate`, run in the scenario's directory, without the environment's `IDEMGATE_*`
+    /// variables, killed if dropped.
+    pub fn command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.bin);
-        cmd.args(args)
-            .arg("--config")
-            .arg(self.config_path())
-            .current_dir(&self.dir)
+        cmd.current_dir(&self.dir)
             .stdin(Stdio::null())
             .kill_on_drop(true);
         for (key, _) in std::env::vars_os() {
@@ -219,6 +227,16 @@ late_duplicates = "flag"
                 cmd.env_remove(key);
             }
         }
+        cmd
+    }
+
+    /// Runs `idemgate {args} --config {the last incarnation's config}` and returns its stdout.
+    ///
+    /// # Errors
+    /// When it cannot run or exits non-zero (with its stderr).
+    pub async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut cmd = self.command();
+        cmd.args(args).arg("--config").arg(self.config_path());
         let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
             .await
             .context("idemgate did not exit within 30 s")?
@@ -250,22 +268,15 @@ late_duplicates = "flag"
         let log = self.dir.join(format!("{name}.log"));
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut cmd = tokio::process::Command::new(&self.bin);
+        let mut cmd = self.command();
         cmd.arg("serve")
             .arg("--config")
             .arg(&config)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log_file))
-            .process_group(0)
-            .kill_on_drop(true);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("IDEMGATE_") {
-                cmd.env_remove(key);
-            }
-        }
+            .process_group(0);
         cmd.env("IDEMGATE_LOG", &self.log_filter);
+        cmd.envs(self.extra_env.iter().map(|(k, v)| (k, v)));
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.bin.display()))?;

@@ -1,4 +1,5 @@
-//! The HTTP client every sender shares, and small GET helpers for `/healthz` and `/metrics`.
+//! The HTTP client every sender shares, and small GET helpers for `/healthz`, `/metrics` and a
+//! process's `Date`.
 
 use std::time::Duration;
 
@@ -34,6 +35,27 @@ pub async fn get(client: &Client, url: &str, timeout: Duration) -> Result<(u16, 
             .map_err(|e| e.to_string())?
             .to_bytes();
         Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+}
+
+/// GETs `url` for its `Date` header (the answering process's wall clock), within `timeout`.
+pub async fn date(client: &Client, url: &str, timeout: Duration) -> Result<String, String> {
+    let req = hyper::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let exchange = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let date = resp
+            .headers()
+            .get(hyper::header::DATE)
+            .and_then(|d| d.to_str().ok())
+            .map(str::to_owned);
+        // Read to the end, so the connection goes back to the pool.
+        let _ = resp.into_body().collect().await;
+        date.ok_or_else(|| "the answer had no Date header".to_owned())
     };
     tokio::time::timeout(timeout, exchange)
         .await

@@ -113,6 +113,8 @@ pub struct Answer {
     pub status: u16,
     /// The claim's attempt, from a `forwarded` answer's body (0 otherwise).
     pub attempt: u32,
+    /// The answer carried `Retry-After`.
+    pub retry_after: bool,
     pub sent: u64,
     pub at: u64,
 }
@@ -183,6 +185,15 @@ impl Senders {
         while self.progress() < fraction.min(1.0) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Answers heard so far with `outcome` to attempts sent at or after `since` (run
+    /// microseconds), while the load runs.
+    pub fn heard(&self, outcome: Outcome, since: u64) -> usize {
+        lock(&self.answers)
+            .iter()
+            .filter(|a| a.outcome == outcome && a.sent >= since)
+            .count()
     }
 
     /// From now on, no delivery is retried after `at` (run microseconds).
@@ -268,13 +279,14 @@ impl Senders {
             let (gateway, addr) =
                 self.targets[self.next_target.fetch_add(1, Ordering::Relaxed) % self.targets.len()];
             let sent = self.clock.now();
-            let (outcome, status, attempt) = self.send(addr, &body).await;
+            let (outcome, status, attempt, retry_after) = self.send(addr, &body).await;
             let answer = Answer {
                 event,
                 gateway,
                 outcome,
                 status,
                 attempt,
+                retry_after,
                 sent,
                 at: self.clock.now(),
             };
@@ -295,8 +307,9 @@ impl Senders {
         }
     }
 
-    /// One signed POST: the outcome, the status, and a forwarded answer's attempt.
-    async fn send(&self, addr: SocketAddr, body: &Bytes) -> (Outcome, u16, u32) {
+    /// One signed POST: the outcome, the status, a forwarded answer's attempt, and whether the
+    /// answer carried `Retry-After`.
+    async fn send(&self, addr: SocketAddr, body: &Bytes) -> (Outcome, u16, u32, bool) {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -307,7 +320,7 @@ impl Senders {
             .header("stripe-signature", signature)
             .body(Full::new(body.clone()));
         let Ok(req) = req else {
-            return (Outcome::Other, 0, 0);
+            return (Outcome::Other, 0, 0, false);
         };
         let exchange = async {
             let resp = self.client.request(req).await?;
@@ -317,13 +330,14 @@ impl Senders {
                 .get("idemgate-outcome")
                 .and_then(|v| v.to_str().ok())
                 .map_or(Outcome::Other, Outcome::from_answer);
+            let retry_after = resp.headers().contains_key("retry-after");
             let bytes = resp.into_body().collect().await?.to_bytes();
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, outcome, bytes))
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, outcome, retry_after, bytes))
         };
         match tokio::time::timeout(self.spec.request_timeout, exchange).await {
-            Err(_) => (Outcome::Timeout, 0, 0),
-            Ok(Err(_)) => (Outcome::ConnectError, 0, 0),
-            Ok(Ok((status, outcome, bytes))) => {
+            Err(_) => (Outcome::Timeout, 0, 0, false),
+            Ok(Err(_)) => (Outcome::ConnectError, 0, 0, false),
+            Ok(Ok((status, outcome, retry_after, bytes))) => {
                 let attempt = if outcome == Outcome::Forwarded {
                     serde_json::from_slice::<serde_json::Value>(&bytes)
                         .ok()
@@ -332,7 +346,7 @@ impl Senders {
                 } else {
                     0
                 };
-                (outcome, status, attempt)
+                (outcome, status, attempt, retry_after)
             }
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! Sends M events x K deliveries through real `idemgate serve` processes to a counting
 //! downstream while killing gateways, restarting PostgreSQL and Redis, flushing and starving
-//! Redis, sweeping aggressively, breaking the downstream and killing inbox dispatchers with a
-//! backlog queued; then lets the senders retry as real senders do and prints a verdict per
+//! Redis, sweeping aggressively, breaking the downstream, killing inbox dispatchers with a
+//! backlog queued, starting a second gateway under a live one's name, hanging up on slow
+//! forwards, blackholing PostgreSQL, filling the disk and stepping the wall clock; then lets the senders retry as real senders do and prints a verdict per
 //! scenario: events lost, events processed twice, and for each second processing the proof that
 //! it was in flight at a SIGKILL (or that it was not).
 //!
@@ -15,14 +16,22 @@
 //! - [`downstream`]: the counting HTTP server the gateways forward to, with its faults.
 //! - [`gateway`]: `idemgate serve` processes (config, start, SIGKILL, restart, logs).
 //! - [`pg`], [`redis`]: private PostgreSQL and redis-server instances.
+//! - [`second`]: a second `idemgate serve` on a running gateway's config; [`disk`]: a tmpfs to
+//!   fill; [`faketime`]: libfaketime, to step a gateway's wall clock; [`health`]: `/healthz`
+//!   asked while a fault lasts.
+//! - [`fault`]: a fault's figures (p99 answer time during it, recovery after it).
 //! - [`verdict`]: from the records to lost / processed twice / explained; [`report`]: markdown.
 //! - [`cleanup`]: everything started is stopped and removed, also on failure and ctrl-c.
 //! - [`rng`], [`clock`], [`http`]: seeded randomness, the run clock, the HTTP client.
 
 mod cleanup;
 mod clock;
+mod disk;
 mod downstream;
+mod faketime;
+mod fault;
 mod gateway;
+mod health;
 mod http;
 mod load;
 mod pg;
@@ -31,6 +40,7 @@ mod report;
 mod rng;
 mod run;
 mod scenarios;
+mod second;
 mod verdict;
 
 use std::path::PathBuf;
@@ -71,6 +81,15 @@ struct Cli {
     /// event that was mid-delivery at its SIGKILL within this long of being ready.
     #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
     recovery_target: Duration,
+    /// postgres-blackhole: how long the link to PostgreSQL carries nothing.
+    #[arg(long, global = true, default_value = "5s", value_parser = humantime::parse_duration)]
+    blackhole: Duration,
+    /// full-disk: how long the disk stays full once a write was refused for it.
+    #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
+    disk_full_for: Duration,
+    /// clock-step: how far the gateway's wall clock steps ahead (whole seconds).
+    #[arg(long, global = true, default_value = "2m", value_parser = humantime::parse_duration)]
+    clock_step: Duration,
     /// Where initdb and pg_ctl are.
     #[arg(long, global = true, default_value = "/usr/lib/postgresql/15/bin")]
     pg_bin: PathBuf,
@@ -111,6 +130,17 @@ enum Command {
     InboxKillPostgres,
     /// Inbox mode: three gateways sharing one PostgreSQL queue, one SIGKILLed; drained.
     InboxMultiPostgres,
+    /// A second `idemgate serve` under a live gateway's instance name (same address, another
+    /// port) while it forwards; on SQLite and PostgreSQL.
+    SecondStart,
+    /// The downstream slower than the senders wait: they hang up and retry.
+    Hangup,
+    /// The link to PostgreSQL blackholed for --blackhole under load.
+    PostgresBlackhole,
+    /// SQLite on a small tmpfs, filled for a while under load.
+    FullDisk,
+    /// The gateway's wall clock stepped --clock-step ahead during forwards (libfaketime).
+    ClockStep,
 }
 
 const ORDER: &[Command] = &[
@@ -126,6 +156,11 @@ const ORDER: &[Command] = &[
     Command::InboxKillSqlite,
     Command::InboxKillPostgres,
     Command::InboxMultiPostgres,
+    Command::SecondStart,
+    Command::Hangup,
+    Command::PostgresBlackhole,
+    Command::FullDisk,
+    Command::ClockStep,
 ];
 
 /// Sizes of every scenario's load.
@@ -146,6 +181,10 @@ pub struct Ctx {
     /// Distinguishes this run's event ids, schemas and key prefixes from any other run's.
     pub nonce: String,
     pub recovery_target: Duration,
+    /// postgres-blackhole's outage, full-disk's hold, clock-step's step.
+    pub blackhole: Duration,
+    pub disk_full_for: Duration,
+    pub clock_step: Duration,
     pub registry: Arc<cleanup::Registry>,
     pub clock: clock::Clock,
     pub client: http::Client,
@@ -231,6 +270,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         seed: cli.seed,
         nonce,
         recovery_target: cli.recovery_target,
+        blackhole: cli.blackhole,
+        disk_full_for: cli.disk_full_for,
+        clock_step: cli.clock_step,
         registry: registry.clone(),
         clock: clock::Clock::start(),
         client: http::client(),
@@ -335,6 +377,14 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
         Command::InboxKillSqlite => vec![("inbox-kill-sqlite", "sqlite, inbox")],
         Command::InboxKillPostgres => vec![("inbox-kill-postgres", "postgres, inbox")],
         Command::InboxMultiPostgres => vec![("inbox-multi-postgres", "3 x postgres, inbox")],
+        Command::SecondStart => vec![
+            ("second-start-sqlite", "sqlite"),
+            ("second-start-postgres", "postgres"),
+        ],
+        Command::Hangup => vec![("hangup", "sqlite")],
+        Command::PostgresBlackhole => vec![("postgres-blackhole", "postgres via a faulty link")],
+        Command::FullDisk => vec![("full-disk", "sqlite on a small tmpfs")],
+        Command::ClockStep => vec![("clock-step", "sqlite, libfaketime")],
     };
     for (name, store) in runs {
         eprintln!("== {name} ({store})");
@@ -354,15 +404,23 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
             "recovery" => scenarios::recovery(ctx).await,
             "inbox-kill-sqlite" => scenarios::inbox_kill(ctx, name, Store::Sqlite).await,
             "inbox-kill-postgres" => scenarios::inbox_kill(ctx, name, Store::Postgres).await,
-            _ => scenarios::inbox_multi_postgres(ctx).await,
+            "inbox-multi-postgres" => scenarios::inbox_multi_postgres(ctx).await,
+            "second-start-sqlite" => scenarios::second_start(ctx, name, Store::Sqlite).await,
+            "second-start-postgres" => scenarios::second_start(ctx, name, Store::Postgres).await,
+            "hangup" => scenarios::hangup(ctx).await,
+            "postgres-blackhole" => scenarios::postgres_blackhole(ctx).await,
+            "full-disk" => scenarios::full_disk(ctx).await,
+            _ => scenarios::clock_step(ctx).await,
         };
         let ended = match result {
-            Ok(v) => Ended::Judged(v),
+            Ok(v) => Ended::Judged(Box::new(v)),
             Err(e) => {
                 let text = format!("{e:#}");
                 let missing = text.contains("cannot run redis-")
                     || text.contains("no initdb/pg_ctl")
-                    || text.contains("needs the `postgres` system user");
+                    || text.contains("needs the `postgres` system user")
+                    || text.contains("libfaketime not found")
+                    || text.contains("cannot mount a tmpfs");
                 if missing && !ctx.ci {
                     Ended::Skipped(text)
                 } else {

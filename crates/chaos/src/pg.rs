@@ -54,6 +54,11 @@ impl PrivatePg {
         self.server.url()
     }
 
+    /// The URL of the cluster reached through `addr` (a [`testing::FaultyLink`] in front of it).
+    pub fn url_via(&self, addr: std::net::SocketAddr) -> String {
+        format!("postgres://{USER}@{addr}/postgres")
+    }
+
     /// `pg_ctl restart -m fast`: active sessions are disconnected, the server comes back.
     ///
     /// # Errors

@@ -8,7 +8,7 @@ use crate::verdict::Verdict;
 /// How one scenario ended.
 #[derive(Debug)]
 pub enum Ended {
-    Judged(Verdict),
+    Judged(Box<Verdict>),
     /// It could not run to its end (a server did not start, a fault could not be injected).
     Error(String),
     /// A tool it needs is missing and CI is not set.
@@ -37,8 +37,8 @@ impl Scenario {
 pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# idemgate chaos\n\n{header}\n");
-    out.push_str("| scenario | store | events | attempts | processed once | lost | processed more than once | 2nd processings in flight at a kill | unexplained | unacked deliveries | time | verdict |\n");
-    out.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    out.push_str("| scenario | store | events | attempts | processed once | lost | processed more than once | 2nd processings in flight at a kill | unexplained | unacked deliveries | p99 during fault | recovery | time | verdict |\n");
+    out.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for s in scenarios {
         let time = format!("{:.1} s", s.seconds);
         match &s.ended {
@@ -48,9 +48,15 @@ pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
                     Some(h) => format!("{verdict} ({h})"),
                     None => verdict.to_owned(),
                 };
+                let (p99, recovery) = v
+                    .fault
+                    .as_ref()
+                    .map_or((String::new(), String::new()), |f| {
+                        (f.p99_cell(), crate::fault::seconds(f.recovery_us))
+                    });
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {time} | {verdict} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {p99} | {recovery} | {time} | {verdict} |",
                     s.name,
                     s.store,
                     v.events,
@@ -67,7 +73,7 @@ pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
                 let first = e.lines().next().unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "| {} | {} | | | | | | | | | {time} | **ERROR**: {} |",
+                    "| {} | {} | | | | | | | | | | | {time} | **ERROR**: {} |",
                     s.name,
                     s.store,
                     first.replace('|', "\\|")
@@ -76,7 +82,7 @@ pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
             Ended::Skipped(why) => {
                 let _ = writeln!(
                     out,
-                    "| {} | {} | | | | | | | | | {time} | skipped: {} |",
+                    "| {} | {} | | | | | | | | | | | {time} | skipped: {} |",
                     s.name,
                     s.store,
                     why.replace('|', "\\|")
@@ -102,6 +108,9 @@ pub fn render(header: &str, scenarios: &[Scenario], max_rows: usize) -> String {
 fn section(out: &mut String, v: &Verdict, max_rows: usize) {
     for f in &v.failures {
         let _ = writeln!(out, "- **failed check**: {f}");
+    }
+    if let Some(f) = &v.fault {
+        let _ = writeln!(out, "- {}", f.line());
     }
     for n in &v.notes {
         let _ = writeln!(out, "- {n}");

@@ -226,6 +226,12 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Answers with `outcome` the senders heard so far to attempts sent since `since` (0 before
+    /// the load started).
+    pub fn heard(&self, outcome: crate::load::Outcome, since: u64) -> usize {
+        self.senders.as_ref().map_or(0, |s| s.heard(outcome, since))
+    }
+
     /// Records `what` in the timeline, at the current time and load progress.
     pub fn note(&mut self, what: impl Into<String>) {
         let progress = self
@@ -520,6 +526,25 @@ impl<'a> Run<'a> {
             .flat_map(|g| g.logs().iter().cloned())
             .collect();
         LogSummary::read(&paths)
+    }
+
+    /// The requests the downstream got with `Idemgate-Attempt` 2 or more: claims taken over (or
+    /// claimed again after a release). In a scenario where no gateway is killed and the
+    /// downstream never fails, each one is a retry that took a live claim over.
+    pub fn takeovers(&self) -> Vec<Processing> {
+        self.processings
+            .iter()
+            .filter(|p| p.attempt >= 2)
+            .copied()
+            .collect()
+    }
+
+    /// Whether any incarnation of any gateway logged a line containing `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.gateways
+            .iter()
+            .flat_map(|g| g.logs())
+            .any(|path| std::fs::read_to_string(path).is_ok_and(|text| text.contains(needle)))
     }
 
     /// The sum of a metric over every gateway's last `/metrics`.

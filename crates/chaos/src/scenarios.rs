@@ -1,5 +1,21 @@
 //! The scenarios. Each starts what it needs, plays its faults against the load's progress, and
 //! returns a verdict (see the crate README for what each one does and why).
+//!
+//! The scenarios of one fault each, timed (p99 answer time during it, recovery after it), are
+//! in modules of their own: a second start under a live instance name, senders that hang up,
+//! a blackholed PostgreSQL, a full disk and a stepped wall clock.
+
+mod blackhole;
+mod clock_step;
+mod full_disk;
+mod hangup;
+mod second_start;
+
+pub use blackhole::postgres_blackhole;
+pub use clock_step::clock_step;
+pub use full_disk::full_disk;
+pub use hangup::hangup;
+pub use second_start::second_start;
 
 use std::time::Duration;
 

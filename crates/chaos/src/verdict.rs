@@ -77,8 +77,12 @@ pub struct Verdict {
     pub notes: Vec<String>,
     /// The gateways' warnings and errors, by message, with a count.
     pub logged: Vec<String>,
-    /// A figure for the summary table (the crash recovery time).
+    /// A figure for the summary table's verdict (the crash recovery time, /healthz during a
+    /// full disk).
     pub headline: Option<String>,
+    /// The scenario's fault, timed: p99 answer time while it lasted and the recovery after it
+    /// (the summary table's two columns).
+    pub fault: Option<crate::fault::Figures>,
     /// Everything seen of the lost events and of the unexplained doubles, one line per event.
     pub evidence: Vec<String>,
 }
@@ -445,6 +449,7 @@ mod tests {
             outcome: Outcome::Forwarded,
             status: 200,
             attempt,
+            retry_after: false,
             sent: at - 5,
             at,
         }
