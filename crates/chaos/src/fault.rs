@@ -29,8 +29,9 @@ pub struct Figures {
     pub max_us: Option<u64>,
     /// From the fault's end to the first 2xx answer of an attempt sent at or after it.
     pub recovery_us: Option<u64>,
-    /// From the fault's end to the answer of the last attempt sent after it that got no 2xx
-    /// (retries that still failed once the fault was over), if any did.
+    /// From the fault's end to the answer of the last attempt sent after it that failed: a 5xx,
+    /// or no answer (retries that still failed once the fault was over), if any did. A 409
+    /// `in_flight` is not a failure: it is how a retry of an event being processed is answered.
     pub last_failure_us: Option<u64>,
 }
 
@@ -58,7 +59,7 @@ pub fn figures(what: impl Into<String>, window: Window, answers: &[Answer]) -> F
         .map(|a| a.at - window.end)
         .min();
     let last_failure_us = after
-        .filter(|a| !a.acked())
+        .filter(|a| a.status >= 500 || a.status == 0)
         .map(|a| a.at - window.end)
         .max();
     Figures {
@@ -110,7 +111,7 @@ impl Figures {
         };
         let last = self.last_failure_us.map_or(String::new(), |l| {
             format!(
-                "; the last attempt sent after its end that got no 2xx was answered {} after it",
+                "; the last attempt sent after its end that failed (5xx, no answer) was answered {} after it",
                 seconds(Some(l))
             )
         });
