@@ -78,8 +78,15 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
     let mut first = sc.clone();
     first.secrets.truncate(1);
     let signer = idemgate_gateway::verifier(&first).map_err(|e| Usage(e.to_string()))?;
+    // A `none` source's senders present a token with the `send` scope.
     let bearer = (!signer.scheme().is_signed())
-        .then(|| config.api_tokens.first().cloned())
+        .then(|| {
+            config
+                .api_tokens
+                .iter()
+                .find(|t| t.allows(idemgate_gateway::config::Scope::Send))
+                .map(|t| t.token.clone())
+        })
         .flatten();
 
     // Pub/Sub and SNS sign with keys no verifier holds: a test key stands in for the sender's.

@@ -83,7 +83,7 @@ fn config(port: u16, data: &std::path::Path) -> String {
     text.push_str(&format!(
         "[[source]]\nname = \"sendgrid\"\nprovider = \"sendgrid\"\nsecrets = [{sendgrid}]\n\n\
          [[source]]\nname = \"std-v1a\"\nprovider = \"standard-webhooks\"\nsecrets = [{v1a}]\n\n\
-         [[source]]\nname = \"pubsub\"\nprovider = \"pubsub\"\naudience = {}\njwks_file = {:?}\n",
+         [[source]]\nname = \"pubsub\"\nprovider = \"pubsub\"\naudience = {}\nallow_any_service_account = true\njwks_file = {:?}\n",
         fixture(PUBSUB, "audience"),
         jwks.display().to_string()
     ));

@@ -8,13 +8,14 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idemgate_core::store::ClaimStore;
 use idemgate_core::{ClaimOutcome, ClaimToken, EventId, Fingerprint, Key};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::config::Scope;
 use crate::error::AppError;
 use crate::outcome::{Outcome, labelled};
 use crate::{AppState, Source};
@@ -127,6 +128,34 @@ impl ClaimAnswer {
     }
 }
 
+/// The largest body the claim API reads (its JSON bodies are a few hundred bytes).
+pub(crate) const BODY_LIMIT: usize = 64 * 1024;
+
+/// The claim API's gate, before any handler reads a byte of the body: a bearer token with the
+/// route's scope (`replay` for `/v1/sources/{source}/replay`, `claims` for the rest).
+pub(crate) async fn gate(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    // A method no route of the API takes is answered 405 by the router, token or not.
+    if !matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::POST
+    ) {
+        return next.run(req).await;
+    }
+    let scope = if req.uri().path().ends_with("/replay") {
+        Scope::Replay
+    } else {
+        Scope::Claims
+    };
+    match state.authorize(req.headers(), scope) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
 /// The configured source, and the validated key.
 fn key<'a>(
     state: &'a AppState,
@@ -138,16 +167,8 @@ fn key<'a>(
     Ok((src, Key::new(src.name.clone(), event_id)))
 }
 
-pub(crate) async fn create_claim(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    // Authenticate before reading anything of the body.
-    let (label, result) = match state
-        .authorize(&headers)
-        .and_then(|()| parse_json::<ClaimBody>(&body))
-    {
+pub(crate) async fn create_claim(State(state): State<AppState>, body: Bytes) -> Response {
+    let (label, result) = match parse_json::<ClaimBody>(&body) {
         Ok(req) => {
             let label = state.label(&req.source).to_owned();
             (label, claim(&state, req).await)
@@ -202,16 +223,14 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
     })
 }
 
-#[tracing::instrument(name = "api_finish", skip(state, headers, body))]
+#[tracing::instrument(name = "api_finish", skip(state, body))]
 async fn finish(
     state: &AppState,
-    headers: &HeaderMap,
     source: &str,
     event_id: &str,
     body: &[u8],
     complete: bool,
 ) -> Result<Response, AppError> {
-    state.authorize(headers)?;
     let (_, key) = key(state, source, event_id)?;
     let req: TokenBody = parse_json(body)?;
     let token =
@@ -229,10 +248,9 @@ async fn finish(
 pub(crate) async fn complete(
     State(state): State<AppState>,
     Path((source, event_id)): Path<(String, String)>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let response = finish(&state, &headers, &source, &event_id, &body, true)
+    let response = finish(&state, &source, &event_id, &body, true)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     labelled(state.label(&source).to_owned(), response)
@@ -241,23 +259,20 @@ pub(crate) async fn complete(
 pub(crate) async fn release(
     State(state): State<AppState>,
     Path((source, event_id)): Path<(String, String)>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let response = finish(&state, &headers, &source, &event_id, &body, false)
+    let response = finish(&state, &source, &event_id, &body, false)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     labelled(state.label(&source).to_owned(), response)
 }
 
 /// "Did we process X, and when?": the live record and the whole history of one event.
-#[tracing::instrument(name = "api_lookup", skip(state, headers))]
+#[tracing::instrument(name = "api_lookup", skip(state))]
 pub(crate) async fn event(
     State(state): State<AppState>,
     Path((source, event_id)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    state.authorize(&headers)?;
     // Like the claim routes: a source this gateway does not serve is 404 (`idemgate lookup`
     // still reads the events of a source removed from the config).
     let (_, key) = key(&state, &source, &event_id)?;
@@ -283,14 +298,13 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
 
 /// Inbox mode: moves a source's dead letters back to the queue with a fresh attempt budget,
 /// each recorded in history as `replayed` with the reason.
-#[tracing::instrument(name = "api_replay", skip(state, headers, body))]
+#[tracing::instrument(name = "api_replay", skip(state, body))]
 pub(crate) async fn replay(
     State(state): State<AppState>,
     Path(source): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let response = replay_dead_letters(&state, &headers, &source, &body)
+    let response = replay_dead_letters(&state, &source, &body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     labelled(state.label(&source).to_owned(), response)
@@ -298,12 +312,10 @@ pub(crate) async fn replay(
 
 async fn replay_dead_letters(
     state: &AppState,
-    headers: &HeaderMap,
     source: &str,
     body: &[u8],
 ) -> Result<Response, AppError> {
     use idemgate_core::inbox::{Inbox, ReplayFilter};
-    state.authorize(headers)?;
     let src = state.source(source)?;
     let req: ReplayBody = parse_json(body)?;
     let reason = req.reason.trim();

@@ -171,7 +171,13 @@ pub(crate) async fn receive(
         // Each event is finished even if the sender hangs up: its claim is completed or released.
         tasks.spawn(async move {
             let result = match state.source(&name) {
-                Ok(src) => handle(&state, src, claim, bytes, content_type, held).await,
+                Ok(src) => {
+                    let carried = crate::forward::BodyHeaders {
+                        content_type,
+                        content_encoding: None,
+                    };
+                    handle(&state, src, claim, bytes, carried, held).await
+                }
                 Err(e) => Err(e),
             };
             Event::handled(index, shown, result)

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Mode;
 use crate::error::ErrorChain;
-use crate::forward::{self, Delivery};
+use crate::forward::{self, BodyHeaders, Delivery};
 use crate::state::{AppState, Source};
 
 /// The shortest and longest wait between takes that found nothing (a new item wakes the
@@ -169,11 +169,18 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         .lease_until
         .since(taken.received_at)
         .saturating_sub(lease);
-    let content_type = taken
-        .queued
-        .content_type
-        .as_deref()
-        .and_then(|c| HeaderValue::from_str(c).ok());
+    let header = |v: Option<&str>| v.and_then(|c| HeaderValue::from_str(c).ok());
+    let carried = BodyHeaders {
+        content_type: header(taken.queued.content_type.as_deref()),
+        content_encoding: header(
+            taken
+                .queued
+                .headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-encoding"))
+                .map(|(_, v)| v.as_str()),
+        ),
+    };
     let started = Instant::now();
     let result = forward::forward(
         &src.client,
@@ -182,7 +189,7 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         Delivery {
             key: &taken.key,
             attempt: taken.item.attempt,
-            content_type: content_type.as_ref(),
+            body_headers: &carried,
         },
         d.timeout,
     )

@@ -14,7 +14,10 @@
 //!   is still used, with a warning, while the fetch fails;
 //! - a JWKS is fetched again at once when a token names a key it lacks ([`Documents::refresh`]),
 //!   but at most once a minute ([`REFRESH_AFTER`]), so unknown `kid`s cannot make the gateway
-//!   hammer the key server.
+//!   hammer the key server;
+//! - at most [`MAX_FETCHES`] fetches at once per source, whatever the URLs: a flood of
+//!   deliveries naming certificate URLs that are each fetched (and fail, so are never kept)
+//!   waits for a slot, up to [`TIMEOUT`], then gets 503, instead of opening a connection each.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,8 @@ pub(crate) const CERTIFICATE_TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const REFRESH_AFTER: Duration = Duration::from_secs(60);
 /// How many URLs are kept per source.
 pub(crate) const MAX_URLS: usize = 64;
+/// How many fetches one source makes at once.
+pub(crate) const MAX_FETCHES: usize = 4;
 
 #[derive(Clone)]
 struct Copy {
@@ -51,6 +56,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Copy>>>;
 pub(crate) struct Documents {
     client: forward::Client,
     slots: Mutex<HashMap<String, Slot>>,
+    fetching: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Documents {
@@ -84,6 +90,7 @@ impl Documents {
         Self {
             client,
             slots: Mutex::default(),
+            fetching: tokio::sync::Semaphore::new(MAX_FETCHES),
         }
     }
 
@@ -102,6 +109,17 @@ impl Documents {
     /// Why, in words, naming the URL.
     pub(crate) async fn fetch(&self, url: &str) -> Result<Bytes, String> {
         let uri: hyper::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
+        let _slot = tokio::time::timeout(TIMEOUT, self.fetching.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                format!(
+                    "{}: {MAX_FETCHES} fetches of this source were already under way for {}",
+                    url.chars().take(200).collect::<String>(),
+                    idemgate_core::Human(TIMEOUT)
+                )
+            })?;
         forward::get(&self.client, &uri, LIMIT, TIMEOUT)
             .await
             .map_err(|f| words(url, &f))
@@ -157,5 +175,44 @@ impl Documents {
             fetched: Instant::now(),
         });
         Ok(Some(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A flood of deliveries naming distinct certificate URLs makes at most [`MAX_FETCHES`]
+    /// fetches at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fetches_are_capped_per_source_whatever_the_urls() {
+        // A server that accepts and never answers, counting connections.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let counted = opened.clone();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        let docs = Arc::new(Documents::new(forward::http_client()));
+        let tasks: Vec<_> = (0..3 * MAX_FETCHES)
+            .map(|i| {
+                let docs = docs.clone();
+                tokio::spawn(
+                    async move { docs.fetch(&format!("http://{addr}/cert-{i}.pem")).await },
+                )
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(opened.load(Ordering::SeqCst), MAX_FETCHES);
+        for t in tasks {
+            t.abort();
+        }
+        server.abort();
     }
 }

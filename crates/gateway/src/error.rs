@@ -113,6 +113,9 @@ pub enum AppError {
     },
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A valid token without the scope the route needs.
+    #[error("the bearer token is not for this: it lacks the scope {}", scope.as_str())]
+    Scope { scope: crate::config::Scope },
     #[error("another delivery of this event is being processed; retry after {} s", retry_after.as_secs().max(1))]
     InFlight { retry_after: Duration },
     #[error("this event id was first received at {first_seen} with a different payload")]
@@ -167,6 +170,7 @@ impl AppError {
             Self::Credentials { kind, .. } => (StatusCode::UNAUTHORIZED, *kind),
             Self::ForbiddenPeer { .. } => (StatusCode::FORBIDDEN, Outcome::ForbiddenPeer),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized),
+            Self::Scope { .. } => (StatusCode::FORBIDDEN, Outcome::InsufficientScope),
             Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
             Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
             Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),

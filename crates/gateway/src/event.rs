@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::budget::BodyPermit;
 use crate::config::{Mode, OnConflict};
 use crate::error::AppError;
-use crate::forward::{self, Delivery, Failure};
+use crate::forward::{self, BodyHeaders, Delivery, Failure};
 use crate::outcome::Outcome;
 use crate::{AppState, Source};
 
@@ -67,7 +67,7 @@ pub(crate) async fn handle(
     src: &Source,
     claim: idemgate_core::ClaimRequest,
     body: Bytes,
-    content_type: Option<HeaderValue>,
+    carried: BodyHeaders,
     held: Arc<BodyPermit>,
 ) -> Result<Handled, AppError> {
     if src.mode == Mode::Inbox {
@@ -76,7 +76,7 @@ pub(crate) async fn handle(
             Guarded::Answered(handled) => return Ok(handled),
         };
         let lease = claim.lease;
-        let result = queue(state, src, claim, body, content_type).await;
+        let result = queue(state, src, claim, body, carried).await;
         settle_guard(state, guard, lease, &result).await;
         return result;
     }
@@ -92,7 +92,7 @@ pub(crate) async fn handle(
                 Guarded::Answered(handled) => return Ok(handled),
             };
             let lease = claim.lease;
-            let result = forward_once(&state, src, claim, body, content_type).await;
+            let result = forward_once(&state, src, claim, body, carried).await;
             settle_guard(&state, guard, lease, &result).await;
             result
         })
@@ -201,7 +201,7 @@ async fn forward_once(
     src: &Source,
     claim: idemgate_core::ClaimRequest,
     body: Bytes,
-    content_type: Option<HeaderValue>,
+    carried: BodyHeaders,
 ) -> Result<Handled, AppError> {
     // One caller of `process_once`.
     let once = state
@@ -214,7 +214,7 @@ async fn forward_once(
             let delivery = Delivery {
                 key: &claimed.token.key,
                 attempt,
-                content_type: content_type.as_ref(),
+                body_headers: &carried,
             };
             forward::forward(&src.client, url, body, delivery, src.forward_timeout)
                 .await
@@ -290,15 +290,18 @@ async fn queue(
     src: &Source,
     claim: idemgate_core::ClaimRequest,
     body: Bytes,
-    content_type: Option<HeaderValue>,
+    carried: BodyHeaders,
 ) -> Result<Handled, AppError> {
+    let text =
+        |v: &Option<HeaderValue>| v.as_ref().and_then(|v| v.to_str().ok()).map(str::to_owned);
     let item = QueuedItem {
         body: body.to_vec(),
-        content_type: content_type
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        headers: Vec::new(),
+        content_type: text(&carried.content_type),
+        // What the dispatcher sends with the body besides its type.
+        headers: text(&carried.content_encoding)
+            .map(|ce| ("content-encoding".to_owned(), ce))
+            .into_iter()
+            .collect(),
     };
     match state.enqueue(claim, item).await? {
         ClaimOutcome::Claimed { token, .. } => Ok(Handled {

@@ -160,15 +160,51 @@ fn why(err: &(dyn std::error::Error + 'static), https: bool) -> String {
     chain
 }
 
+/// The headers that describe a body, carried with it to the downstream as the sender sent them:
+/// its type, and its encoding (a compressed body is forwarded compressed, so the downstream
+/// must be told).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyHeaders {
+    pub content_type: Option<HeaderValue>,
+    pub content_encoding: Option<HeaderValue>,
+}
+
+impl BodyHeaders {
+    /// The body headers of a request.
+    pub(crate) fn of(headers: &axum::http::HeaderMap) -> Self {
+        Self {
+            content_type: headers.get(header::CONTENT_TYPE).cloned(),
+            content_encoding: headers.get(header::CONTENT_ENCODING).cloned(),
+        }
+    }
+}
+
 /// What the downstream receives besides the body.
 pub(crate) struct Delivery<'a> {
     pub key: &'a Key,
     pub attempt: u32,
-    pub content_type: Option<&'a HeaderValue>,
+    pub body_headers: &'a BodyHeaders,
 }
 
-/// POSTs `body` to `url` with `Idempotency-Key: {source}:{event_id}` and `Idemgate-Attempt`, and
-/// waits for a 2xx within `timeout` (the whole exchange, response body included).
+/// `{source}:{event_id}` as a header value: event ids may hold any Unicode, a header only
+/// printable ASCII, so every byte outside `!`..`~`, and `%` itself, is percent-encoded
+/// (`evt_ü` is `evt_%C3%BC`). Ids of printable ASCII without `%` (nearly all) travel as they are.
+pub(crate) fn idempotency_key(key: &Key) -> String {
+    let text = key.to_string();
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// POSTs `body` to `url` with `Idempotency-Key: {source}:{event_id}` (see [`idempotency_key`])
+/// and `Idemgate-Attempt`, and waits for a 2xx within `timeout` (the whole exchange, response
+/// body included).
 pub(crate) async fn forward(
     client: &Client,
     url: &hyper::Uri,
@@ -179,10 +215,13 @@ pub(crate) async fn forward(
     let mut req = Request::builder()
         .method(Method::POST)
         .uri(url.clone())
-        .header("idempotency-key", delivery.key.to_string())
+        .header("idempotency-key", idempotency_key(delivery.key))
         .header("idemgate-attempt", delivery.attempt);
-    if let Some(ct) = delivery.content_type {
+    if let Some(ct) = &delivery.body_headers.content_type {
         req = req.header(header::CONTENT_TYPE, ct);
+    }
+    if let Some(ce) = &delivery.body_headers.content_encoding {
+        req = req.header(header::CONTENT_ENCODING, ce);
     }
     let req = req
         .body(Full::new(body))
@@ -271,6 +310,20 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         format!("http://{addr}")
+    }
+
+    #[test]
+    fn the_idempotency_key_is_printable_ascii_whatever_the_id() {
+        let key = |id: &str| Key::parse("src", id).unwrap();
+        assert_eq!(idempotency_key(&key("evt_1")), "src:evt_1");
+        assert_eq!(idempotency_key(&key("évt")), "src:%C3%A9vt");
+        assert_eq!(idempotency_key(&key("a b%c")), "src:a%20b%25c");
+        // Always a valid header value.
+        for id in ["\u{1F600}", "tab\there", "x\u{7f}y"] {
+            if let Ok(k) = Key::parse("src", id) {
+                HeaderValue::from_str(&idempotency_key(&k)).unwrap();
+            }
+        }
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use axum::body::{Body, Bytes};
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemgate_core::{Fingerprint, Key};
@@ -80,7 +80,7 @@ fn admit<'s>(
     let src = state.source(name)?;
     src.admit(peer)?;
     if src.needs_bearer() {
-        state.authorize(headers)?;
+        state.authorize(headers, crate::config::Scope::Send)?;
     }
     src.verifier
         .check_headers(headers)
@@ -135,15 +135,16 @@ async fn receive(
     if let Some(control) = &verified.control {
         return control_message(src, control).await;
     }
-    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    let carried = crate::forward::BodyHeaders::of(headers);
     if let Some(events) = verified.batch {
+        let content_type = carried.content_type;
         return Ok(crate::batch::receive(state, src, &body, events, content_type, held).await);
     }
     let fingerprint = Fingerprint(Sha256::digest(&body).into());
     tracing::Span::current().record("event_id", verified.event_id.as_str());
     let key = Key::new(src.name.clone(), verified.event_id);
     let claim = src.claim_request(key).fingerprint(fingerprint);
-    Ok(handle(state, src, claim, body, content_type, held)
+    Ok(handle(state, src, claim, body, carried, held)
         .await?
         .into_response())
 }

@@ -63,8 +63,9 @@ pub use idemgate::{AnyStore, store};
 
 /// The router: every route, the body limit and the request timeout.
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/hooks/{source}", post(ingest::hook))
+    // The claim API: a bearer token of the route's scope before a byte of a body is read, and
+    // small bodies.
+    let claim_api = Router::new()
         .route("/v1/claims", post(api::create_claim))
         .route(
             "/v1/claims/{source}/{event_id}/complete",
@@ -73,6 +74,14 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/claims/{source}/{event_id}/release", post(api::release))
         .route("/v1/events/{source}/{event_id}", get(api::event))
         .route("/v1/sources/{source}/replay", post(api::replay))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::gate,
+        ))
+        .layer(DefaultBodyLimit::max(api::BODY_LIMIT));
+    Router::new()
+        .route("/hooks/{source}", post(ingest::hook))
+        .merge(claim_api)
         .route("/openapi.json", get(admin::openapi))
         .route("/healthz", get(admin::healthz))
         .route("/metrics", get(admin::metrics))

@@ -100,6 +100,8 @@ outcomes! {
     BodyUnreadable => "body_unreadable",
     /// No valid bearer token.
     Unauthorized => "unauthorized",
+    /// A valid bearer token without the scope the route needs (403).
+    InsufficientScope => "insufficient_scope",
     /// The store failed.
     StoreUnavailable => "store_unavailable",
     /// The gateway is stopping.

@@ -97,7 +97,8 @@ pub struct Inner {
     /// The store beneath (the same as the `dedup`'s).
     pub store: AnyStore,
     pub metrics: Arc<Metrics>,
-    api_tokens: Vec<String>,
+    /// `api_tokens`, each kept as its SHA-256 and its scopes.
+    api_tokens: Vec<(Digest, Vec<config::Scope>)>,
     pub(crate) limits: Limits,
     /// `/openapi.json`, with the configured source names.
     pub(crate) openapi: String,
@@ -227,7 +228,11 @@ impl AppState {
             dedup: dedup.build(),
             store,
             metrics,
-            api_tokens: config.api_tokens.clone(),
+            api_tokens: config
+                .api_tokens
+                .iter()
+                .map(|t| (digest(&t.token), t.scopes.clone()))
+                .collect(),
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
             stats: Mutex::default(),
@@ -283,26 +288,37 @@ impl AppState {
     ///
     /// # Errors
     /// [`AppError::Unauthorized`].
-    pub fn authorize(&self, headers: &HeaderMap) -> Result<(), AppError> {
+    pub fn authorize(&self, headers: &HeaderMap, scope: config::Scope) -> Result<(), AppError> {
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(AppError::Unauthorized)?;
-        if self.is_api_token(presented) {
-            Ok(())
-        } else {
-            Err(AppError::Unauthorized)
+        match self.api_token_scopes(presented) {
+            Some(scopes) if scopes.contains(&scope) => Ok(()),
+            Some(_) => Err(AppError::Scope { scope }),
+            None => Err(AppError::Unauthorized),
         }
     }
 
-    /// Whether `presented` is one of the configured `api_tokens` (compared in constant time).
-    pub(crate) fn is_api_token(&self, presented: &str) -> bool {
-        let mut ok = false;
-        for token in &self.api_tokens {
-            ok |= constant_time_eq(token.as_bytes(), presented.as_bytes());
+    /// Whether `presented` is one of the configured `api_tokens` with `scope`.
+    pub(crate) fn is_api_token(&self, presented: &str, scope: config::Scope) -> bool {
+        self.api_token_scopes(presented)
+            .is_some_and(|scopes| scopes.contains(&scope))
+    }
+
+    /// The scopes of the `api_tokens` entry `presented` is. Compared as SHA-256 digests, each in
+    /// constant time and every one of them, so neither the time taken nor an early return on a
+    /// length tells anything of the tokens.
+    fn api_token_scopes(&self, presented: &str) -> Option<&[config::Scope]> {
+        let presented = digest(presented);
+        let mut found = None;
+        for (token, scopes) in &self.api_tokens {
+            if digests_equal(token, &presented) {
+                found = Some(scopes.as_slice());
+            }
         }
-        ok
+        found
     }
 
     /// The claim API's claim, for a worker (timed, counted and logged in one place,
@@ -517,11 +533,18 @@ fn observe_claim(
     tracing::debug!(source = %source, outcome = outcome.name(), "claim");
 }
 
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// A token's SHA-256: what tokens are compared by (a fixed length, whatever was presented).
+pub(crate) type Digest = [u8; 32];
+
+pub(crate) fn digest(token: &str) -> Digest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Two digests compared in constant time (`subtle`).
+pub(crate) fn digests_equal(a: &Digest, b: &Digest) -> bool {
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 /// The clients built so far: one for plain `http://`, one per distinct TLS settings.

@@ -201,6 +201,101 @@ async fn a_dashboard_token_is_needed_from_everyone_and_kept_in_a_cookie() {
         "idemgate_dashboard=an-old-token-long-enough",
     )];
     assert_refused(&get(&router, "/dashboard", REMOTE, &stale).await, "cookie");
+    // Behind a proxy that terminated TLS, the cookie is kept off plain HTTP.
+    for proxy in [
+        (
+            header::HeaderName::from_static("x-forwarded-proto"),
+            "https",
+        ),
+        (
+            header::FORWARDED,
+            "for=192.0.2.60;proto=https;by=203.0.113.43",
+        ),
+    ] {
+        let page = get(
+            &router,
+            &format!("/dashboard?token={DASHBOARD_TOKEN}"),
+            REMOTE,
+            &[proxy],
+        )
+        .await;
+        assert!(
+            page.header(header::SET_COOKIE)
+                .ends_with("; SameSite=Strict; Secure"),
+            "{}",
+            page.header(header::SET_COOKIE)
+        );
+    }
+}
+
+/// Tokens carry scopes: a token for the claim API opens neither the dashboard nor the replay of
+/// dead letters, and a sender's token is not a worker's.
+#[tokio::test]
+async fn a_token_opens_only_what_its_scopes_allow() {
+    let config = Config::from_toml(
+        "api_tokens = [{ token = \"workers-token-0123456789\", scopes = [\"claims\"] }, { token = \"sender-token-0123456789\", scopes = [\"send\"] }, { token = \"ops-token-0123456789abc\", scopes = [\"dashboard\", \"replay\"] }]\n\
+         [[source]]\nname = \"jobs\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_header = \"x-event-id\"\n",
+    )
+    .unwrap();
+    let router = app(AppState::new(&config, AnyStore::memory(), None).unwrap());
+    let call = |method: &str, path: &str, token: &str, body: &str| {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-event-id", "e-1")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let router = router.clone();
+        async move {
+            let mut req = req;
+            req.extensions_mut().insert(ConnectInfo(
+                "203.0.113.9:50000".parse::<SocketAddr>().unwrap(),
+            ));
+            let r = router.oneshot(req).await.unwrap();
+            let outcome = r
+                .headers()
+                .get("idemgate-outcome")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            (r.status().as_u16(), outcome)
+        }
+    };
+    let claim = r#"{"source":"jobs","event_id":"e-9"}"#;
+    let workers = "workers-token-0123456789";
+    let sender = "sender-token-0123456789";
+    let ops = "ops-token-0123456789abc";
+    assert_eq!(call("POST", "/v1/claims", workers, claim).await.0, 201);
+    assert_eq!(
+        call("POST", "/v1/claims", sender, claim).await,
+        (403, "insufficient_scope".to_owned())
+    );
+    assert_eq!(
+        call(
+            "POST",
+            "/v1/sources/jobs/replay",
+            workers,
+            r#"{"reason":"x"}"#
+        )
+        .await,
+        (403, "insufficient_scope".to_owned())
+    );
+    assert_eq!(call("POST", "/hooks/jobs", sender, "{}").await.0, 200);
+    assert_eq!(
+        call("POST", "/hooks/jobs", workers, "{}").await,
+        (403, "insufficient_scope".to_owned())
+    );
+    assert_eq!(call("GET", "/dashboard", ops, "").await.0, 200);
+    assert_eq!(call("GET", "/dashboard", workers, "").await.0, 403);
+    assert_eq!(
+        call("GET", "/v1/events/jobs/e-1", ops, "").await,
+        (403, "insufficient_scope".to_owned())
+    );
+    assert_eq!(
+        call("GET", "/v1/events/jobs/e-1", "nobodys-token-0123456789", "").await,
+        (401, "unauthorized".to_owned())
+    );
 }
 
 #[test]

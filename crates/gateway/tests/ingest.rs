@@ -755,3 +755,40 @@ async fn a_failed_forward_releases_the_payloads_claim_too() {
     assert_eq!(down.attempts("gh:d-1").len(), 2);
     gw.stop().await;
 }
+
+/// What describes the body reaches the downstream with it: a compressed body is forwarded as it
+/// came, so its `Content-Encoding` goes too; and the `Idempotency-Key` is printable ASCII
+/// whatever the event id holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_body_travels_with_its_encoding_and_the_key_as_ascii() {
+    let down = Downstream::start(Behaviour::Ok).await;
+    let config = format!(
+        "api_tokens = [\"bus-token-0123456789\"]\n\
+         [[source]]\nname = \"gh\"\nprovider = \"github\"\nsecrets = [\"s\"]\nforward_url = \"{0}\"\n\
+         [[source]]\nname = \"bus\"\nprovider = \"none\"\nretry_window = \"1h\"\nevent_id_pointer = \"/id\"\nforward_url = \"{0}\"\n",
+        down.url
+    );
+    let gw = Gateway::start(&config).await;
+    // Bytes as a gzip encoder would send them; GitHub signs the bytes, whatever they are.
+    let body = vec![0x1f, 0x8b, 0x08, 0x00, 1, 2, 3, 4];
+    let mut signed = sign(&gw, "gh", "d-gz", SystemTime::now(), &body);
+    signed.insert("content-encoding", HeaderValue::from_static("gzip"));
+    let r = gw.post("/hooks/gh", signed, body).await;
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{:?}", r.body);
+    assert_eq!(down.content_encodings(), ["gzip"]);
+
+    let auth = headers(&[
+        ("authorization", "Bearer bus-token-0123456789"),
+        ("content-type", "application/json"),
+    ]);
+    let r = gw
+        .post("/hooks/bus", auth, r#"{"id":"évt 1%"}"#.as_bytes().to_vec())
+        .await;
+    assert_eq!((r.status, r.outcome()), (200, "forwarded"), "{:?}", r.body);
+    assert!(
+        down.keys().contains(&"bus:%C3%A9vt%201%25".to_owned()),
+        "{:?}",
+        down.keys()
+    );
+    gw.stop().await;
+}

@@ -18,8 +18,10 @@ use serde::Deserialize;
 mod asym;
 mod report;
 mod tls;
+mod token;
 
 pub use tls::SourceTls;
+pub use token::{ApiToken, Scope};
 
 /// Environment variables that share the prefix but are not configuration.
 const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "test_redis"];
@@ -90,9 +92,12 @@ pub struct Config {
     /// expect. 3 s to 10 min.
     #[serde(default = "default_instance_lease", with = "humantime_serde")]
     pub instance_lease: Duration,
-    /// Bearer tokens accepted by `/v1` and by sources with `provider = "none"`.
+    /// Bearer tokens, each for what its scopes allow: `send` (deliveries to sources with
+    /// `provider = "none"`), `claims` (the claim API), `replay` (re-driving dead letters) and
+    /// `dashboard`. A token written as a plain string has every scope; a table
+    /// `{ token = "...", scopes = ["claims"] }` only those it names.
     #[serde(default)]
-    pub api_tokens: Vec<String>,
+    pub api_tokens: Vec<ApiToken>,
     /// A token that opens `/dashboard` from any address (as a bearer token, or once in a
     /// browser as `/dashboard?token=...`, kept in a cookie). Without it, the dashboard answers
     /// loopback peers only (and `api_tokens` from anywhere); with it, every peer needs a token.
@@ -941,7 +946,7 @@ impl Config {
                 why: "must be above zero".into(),
             });
         }
-        if self.api_tokens.iter().any(|t| is_placeholder(t)) {
+        if self.api_tokens.iter().any(|t| is_placeholder(&t.token)) {
             problems.push(ConfigError::Global {
                 key: "api_tokens",
                 why: "holds the example's placeholder; fill in a long random token of your own (e.g. `openssl rand -hex 24`)".into(),
@@ -971,7 +976,7 @@ impl Config {
                 });
             }
         }
-        if self.api_tokens.iter().any(|t| t.len() < 16) {
+        if self.api_tokens.iter().any(|t| t.token.len() < 16) {
             problems.push(ConfigError::Global {
                 key: "api_tokens",
                 why: "every token must be at least 16 characters".into(),

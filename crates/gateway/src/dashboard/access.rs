@@ -19,9 +19,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
+use crate::config::Scope;
 use crate::error::Problem;
 use crate::outcome::Outcome;
-use crate::state::constant_time_eq;
+use crate::state::{digest, digests_equal};
 
 /// The cookie `?token=` sets.
 pub(crate) const COOKIE: &str = "idemgate_dashboard";
@@ -40,7 +41,7 @@ pub(crate) fn check(
     if let Some(token) = query_token {
         if !valid(state, token) {
             return Some(refuse(
-                "the token in ?token= is neither dashboard_token nor one of api_tokens".to_owned(),
+                "the token in ?token= is neither dashboard_token nor one of api_tokens with the dashboard scope".to_owned(),
             ));
         }
         return Some(keep_in_cookie(req, token));
@@ -48,7 +49,7 @@ pub(crate) fn check(
     match presented(req) {
         Some(token) if valid(state, token) => None,
         Some(_) => Some(refuse(
-            "the token presented (bearer header or cookie) is neither dashboard_token nor one of api_tokens".to_owned(),
+            "the token presented (bearer header or cookie) is neither dashboard_token nor one of api_tokens with the dashboard scope".to_owned(),
         )),
         None if state.dashboard.token.is_some() => Some(refuse(
             "dashboard_token is set: present it as Authorization: Bearer <token>, or open /dashboard?token=<token> once in a browser".to_owned(),
@@ -67,10 +68,10 @@ fn valid(state: &AppState, token: &str) -> bool {
     let dashboard = state
         .dashboard
         .token
-        .as_deref()
-        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+        .as_ref()
+        .is_some_and(|t| digests_equal(t, &digest(token)));
     // Both checks always run, so the time taken does not tell which token matched.
-    let api = state.is_api_token(token);
+    let api = state.is_api_token(token, Scope::Dashboard);
     dashboard | api
 }
 
@@ -113,14 +114,42 @@ fn keep_in_cookie(req: &Request, token: &str) -> Response {
         headers.insert(header::LOCATION, location);
     }
     // A token with characters a cookie cannot carry is refused by HeaderValue; the redirect
-    // then leads to the refusal that says a token is needed.
+    // then leads to the refusal that says a token is needed. Over HTTPS (a proxy in front that
+    // terminates TLS says so), the cookie travels over HTTPS only.
+    let secure = if over_https(req) { "; Secure" } else { "" };
     if let Ok(cookie) = HeaderValue::from_str(&format!(
-        "{COOKIE}={token}; Path=/dashboard; HttpOnly; SameSite=Strict"
+        "{COOKIE}={token}; Path=/dashboard; HttpOnly; SameSite=Strict{secure}"
     )) {
         headers.insert(header::SET_COOKIE, cookie);
     }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Outcome::Dashboard.on(response)
+}
+
+/// Whether the request came over HTTPS, as a proxy that terminated TLS says: `X-Forwarded-Proto:
+/// https` or `Forwarded: proto=https` (RFC 7239). (The gateway itself serves plain HTTP.) Taken
+/// from any client: a wrong claim only keeps the cookie off plain HTTP.
+fn over_https(req: &Request) -> bool {
+    let headers = req.headers();
+    let forwarded_proto = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .next()
+                .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"))
+        });
+    let forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([';', ',']))
+        .any(|pair| {
+            pair.trim().split_once('=').is_some_and(|(k, v)| {
+                k.eq_ignore_ascii_case("proto") && v.trim_matches('"').eq_ignore_ascii_case("https")
+            })
+        });
+    forwarded_proto || forwarded
 }
 
 fn refuse(why: String) -> Response {

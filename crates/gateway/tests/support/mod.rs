@@ -38,6 +38,7 @@ struct Seen {
     /// Idempotency-Key -> the Idemgate-Attempt of each delivery received.
     deliveries: HashMap<String, Vec<u32>>,
     content_types: Vec<String>,
+    content_encodings: Vec<String>,
     /// HTTPS: connections accepted, the ALPN protocol each agreed, and why each refused
     /// handshake was refused.
     connections: usize,
@@ -124,6 +125,8 @@ impl Downstream {
                             let attempt = header(&headers, "idemgate-attempt").parse().unwrap_or(0);
                             s.deliveries.entry(key).or_default().push(attempt);
                             s.content_types.push(header(&headers, "content-type"));
+                            s.content_encodings
+                                .push(header(&headers, "content-encoding"));
                             s.behaviour.unwrap_or(Behaviour::Ok)
                         };
                         match behaviour {
@@ -172,6 +175,21 @@ impl Downstream {
 
     pub fn content_types(&self) -> Vec<String> {
         self.seen.lock().unwrap().content_types.clone()
+    }
+
+    pub fn content_encodings(&self) -> Vec<String> {
+        self.seen.lock().unwrap().content_encodings.clone()
+    }
+
+    /// Every `Idempotency-Key` received, as text.
+    pub fn keys(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .deliveries
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// HTTPS: how many connections were opened to it.
