@@ -68,6 +68,11 @@ impl MemoryStore {
         }
     }
 
+    /// The store's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied step: every step computes
         // first and writes after.

@@ -161,6 +161,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         rows: state.row_counts().await,
         tier: state.tier_counts(),
         inbox: state.inbox_stats().await,
+        clock_divergence_ms: state.store.clock_divergence_ms(),
     };
     let mut response = state.metrics.render(scrape).into_response();
     response.headers_mut().insert(

@@ -204,6 +204,8 @@ pub struct Scrape {
     pub tier: Option<TierCounts>,
     /// Each inbox source's queue (inbox mode).
     pub inbox: Vec<idemgate_core::inbox::InboxStats>,
+    /// The embedded store's clock against the host's wall clock (ms), where it keeps its own.
+    pub clock_divergence_ms: Option<i64>,
 }
 
 impl Metrics {
@@ -341,6 +343,15 @@ impl Metrics {
                 gauge(rows.expired),
             );
         }
+        if let Some(ms) = scrape.clock_divergence_ms {
+            let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            g.set(ms as f64 / 1_000.0);
+            read.register(
+                "idemgate_clock_step_seconds",
+                "How far the host's wall clock is ahead of the embedded store's own steady clock (negative: behind); it jumps with a wall-clock step, which moves no lease or expiry, and returns towards 0 at 1% of the time that passes",
+                g,
+            );
+        }
         if let Some(tier) = scrape.tier {
             let family = Family::<TierResult, Counter>::default();
             for (result, n) in [
@@ -442,6 +453,7 @@ mod tests {
                 errors: 0,
                 bypassed: 0,
             }),
+            clock_divergence_ms: Some(120_000),
         });
         for line in [
             "idemgate_deliveries_total{source=\"stripe\",outcome=\"forwarded\"} 2",
@@ -457,6 +469,7 @@ mod tests {
             "idemgate_live_rows 7",
             "idemgate_expired_rows 2",
             "idemgate_redis_tier_total{result=\"hit\"} 3",
+            "idemgate_clock_step_seconds 120.0",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }

@@ -170,6 +170,24 @@ impl AnyStore {
         }
     }
 
+    /// How far the host's wall clock is ahead of the store's (ms; negative: behind), for the
+    /// embedded stores, which keep their own steady time ([`idemgate_core::SteadyClock`]): a
+    /// wall-clock step shows here. `None` for the stores on a server's clock.
+    pub fn clock_divergence_ms(&self) -> Option<i64> {
+        let engine = match self {
+            Self::Plain(e) => e,
+            #[cfg(feature = "redis")]
+            Self::Tiered(t) => t.inner(),
+        };
+        match engine {
+            Engine::Memory(m) => m.clock().wall_divergence_ms(),
+            #[cfg(feature = "sqlite")]
+            Engine::Sqlite(s) => s.clock().wall_divergence_ms(),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     /// The engine's name, for logs and `/healthz` (`sqlite+redis` behind a tier).
     pub fn engine(&self) -> &'static str {
         match self {
