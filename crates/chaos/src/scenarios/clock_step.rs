@@ -8,7 +8,7 @@
 //! SQLite store keeps its own steady clock, so expected: no retry takes a live claim over (no
 //! `Idemgate-Attempt` 2 at the downstream), nothing processed twice, and the gateway logs "the
 //! host's wall clock stepped". That the step reached the gateway is checked on its `Date`
-//! header.
+//! header; the section also gives its `idemgate_clock_step_seconds` at the end.
 
 use std::time::Duration;
 
@@ -84,6 +84,13 @@ pub async fn clock_step(ctx: &Ctx) -> anyhow::Result<Verdict> {
         v.failures
             .push(format!("the gateway never logged \"{STEPPED}\""));
     }
+    let metric = "idemgate_clock_step_seconds";
+    v.notes
+        .push(if run.metrics.iter().any(|m| m.contains(metric)) {
+            format!("{metric} at the end: {}", run.metric(metric, ""))
+        } else {
+            format!("{metric}: not in the gateway's /metrics")
+        });
     let taken = run.takeovers();
     v.notes.push(format!(
         "retries that took a claim over (Idemgate-Attempt 2 or more at the downstream): {}",
