@@ -317,6 +317,8 @@ pub struct BootRow {
     pub alive_until: Option<Timestamp>,
     pub host: String,
     pub pid: u32,
+    /// Its [`BootRequest::process`].
+    pub process: String,
 }
 
 impl BootRow {
@@ -334,6 +336,7 @@ impl BootRow {
             },
             host: self.host.clone(),
             pid: self.pid,
+            process: self.process.clone(),
             started_at: self.started_at,
             alive_until: until,
             remaining: until.since(now),
@@ -351,7 +354,7 @@ pub fn register(
     latest: Option<&BootRow>,
     now: Timestamp,
 ) -> Result<BootRow, LiveBoot> {
-    if let Some(row) = latest.filter(|row| row.alive(now)) {
+    if let Some(row) = latest.filter(|row| row.alive(now) && req.supersede != Some(row.boot)) {
         return Err(row.live(&req.instance, now));
     }
     Ok(BootRow {
@@ -360,6 +363,7 @@ pub fn register(
         alive_until: Some(now.plus(req.lease)),
         host: req.host.clone(),
         pid: req.pid,
+        process: req.process.clone(),
     })
 }
 

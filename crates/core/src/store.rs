@@ -90,6 +90,14 @@ pub struct BootRequest {
     /// Where the process runs and its pid: what a second process under the same name is told.
     pub host: String,
     pub pid: u32,
+    /// Who the process is, for a later process on the same machine to tell whether it still
+    /// runs (opaque to the store: the gateway writes its kernel's boot, pid namespace, pid and
+    /// start time); empty for none.
+    pub process: String,
+    /// The boot the caller proved dead (its process is gone, on this very machine): registered
+    /// over even while its lease runs, as long as it is still the latest. `None`: only a boot
+    /// whose lease lapsed or ended is taken for dead.
+    pub supersede: Option<u64>,
 }
 
 impl BootRequest {
@@ -100,6 +108,8 @@ impl BootRequest {
             lease,
             host: host.into(),
             pid: std::process::id(),
+            process: String::new(),
+            supersede: None,
         }
     }
 }
@@ -112,6 +122,8 @@ pub struct LiveBoot {
     /// Where it runs and its pid, as it registered them.
     pub host: String,
     pub pid: u32,
+    /// Its [`BootRequest::process`].
+    pub process: String,
     pub started_at: Timestamp,
     /// When its liveness lease ends unless renewed, by the store's clock.
     pub alive_until: Timestamp,
@@ -158,7 +170,8 @@ pub trait Instances: Send + Sync {
     /// Registers a new boot of `req.instance`, in one atomic step by the store's clock.
     ///
     /// When the instance's latest boot is still alive (its liveness lease running), nothing is
-    /// changed and the answer is [`StoreError::InstanceLive`], naming that boot. Otherwise the
+    /// changed and the answer is [`StoreError::InstanceLive`], naming that boot, unless the
+    /// caller proved that very boot dead ([`BootRequest::supersede`]). Otherwise the
     /// store's per-instance boot counter goes up by one (the first boot is 1), the new boot's
     /// lease runs `req.lease` from now, and every `processing` claim held by an *earlier* boot of
     /// the instance whose lease is still running gets its lease ended now, with one `abandoned`

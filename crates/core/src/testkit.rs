@@ -179,6 +179,7 @@ macro_rules! instances_conformance_tests {
             a_boot_whose_liveness_lease_lapsed_is_taken_for_dead,
             a_heartbeat_keeps_a_boot_alive,
             a_superseded_boot_hears_so_and_cannot_end_the_new_one,
+            a_boot_proved_dead_is_registered_over_at_once,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -1118,6 +1119,8 @@ pub mod cases {
             lease: BOOT_LEASE,
             host: "test-host".into(),
             pid: 4242,
+            process: String::new(),
+            supersede: None,
         }
     }
 
@@ -1567,6 +1570,51 @@ pub mod cases {
         match store.register_boot(&boot_request(&name)).await {
             Err(StoreError::InstanceLive { live }) => assert_eq!(live.holder, second.holder),
             other => panic!("the new boot's lease was ended by the old one: {other:?}"),
+        }
+    }
+
+    /// A process that proved the latest boot's process gone (on the same machine: the gateway
+    /// looks its pid up) registers over it at once, without waiting for its lease; the proof
+    /// names that boot, so it cannot pass over a newer one.
+    pub async fn a_boot_proved_dead_is_registered_over_at_once<H>(h: &H)
+    where
+        H: Harness,
+        H::Store: Instances,
+    {
+        let store = h.store();
+        let name = InstanceName::new("gw-proved").unwrap();
+        let first = store
+            .register_boot(&BootRequest {
+                process: "kernel-1/pidns-1/77/123".into(),
+                ..boot_request(&name)
+            })
+            .await
+            .expect("register");
+        let held = key("src");
+        claimed(&store, req(&held).holder(first.holder.clone())).await;
+        let live = match store.register_boot(&boot_request(&name)).await {
+            Err(StoreError::InstanceLive { live }) => live,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(live.process, "kernel-1/pidns-1/77/123");
+        let second = store
+            .register_boot(&BootRequest {
+                supersede: Some(live.holder.boot),
+                ..boot_request(&name)
+            })
+            .await
+            .expect("registered over the boot proved dead");
+        assert_eq!((second.holder.boot, second.freed), (2, 1), "{second:?}");
+        // A proof about boot 1 says nothing of boot 2.
+        match store
+            .register_boot(&BootRequest {
+                supersede: Some(first.holder.boot),
+                ..boot_request(&name)
+            })
+            .await
+        {
+            Err(StoreError::InstanceLive { live }) => assert_eq!(live.holder, second.holder),
+            other => panic!("a stale proof passed over a live boot: {other:?}"),
         }
     }
 

@@ -47,6 +47,7 @@ mod event;
 mod forward;
 mod guard;
 mod ingest;
+mod process;
 mod server;
 mod state;
 

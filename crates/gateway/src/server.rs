@@ -88,7 +88,10 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     // takeable at once, so their senders' retries are processed in seconds, not after a lease.
     // Only once that boot is provably dead: a live one refuses us, and we touch nothing.
     let instance = config.instance_name();
-    let request = BootRequest::new(instance.clone(), config.instance_lease, config::host_name());
+    let request = BootRequest {
+        process: crate::process::identity(),
+        ..BootRequest::new(instance.clone(), config.instance_lease, config::host_name())
+    };
     let boot = register(&store, &request).await?;
     if boot.freed > 0 {
         tracing::warn!(
@@ -108,17 +111,34 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     ))
 }
 
-/// Registers `req`'s boot. While the instance's latest boot is alive, waits for its liveness
-/// lease to lapse (a process that crashed stops renewing it): if it lapses, registers; if it is
-/// renewed meanwhile, or does not lapse within one lease and a little, the name is held by a
-/// live process, and this one is refused, naming it.
+/// Registers `req`'s boot. While the instance's latest boot is alive:
+///
+/// - if its process ran on this machine (this kernel, this pid namespace), it is looked up: gone
+///   (a crash), the boot is registered over at once; running, this process is refused at once;
+/// - otherwise, waits for its liveness lease to lapse (a process that crashed stops renewing
+///   it): if it lapses, registers; if it is renewed meanwhile, or does not lapse within one lease
+///   and a little, the name is held by a live process, and this one is refused, naming it.
 async fn register(store: &AnyStore, req: &BootRequest) -> Result<Boot, StartError> {
     let deadline = Instant::now() + req.lease + Duration::from_secs(2);
     let mut seen: Option<idemgate_core::Timestamp> = None;
+    let mut req = req.clone();
     loop {
-        match store.register_boot(req).await {
+        match store.register_boot(&req).await {
             Ok(boot) => return Ok(boot),
             Err(StoreError::InstanceLive { live }) => {
+                match crate::process::alive(&live.process) {
+                    Some(false) if req.supersede != Some(live.holder.boot) => {
+                        tracing::warn!(
+                            instance = %req.instance,
+                            holder = %live,
+                            "the instance's last boot ran on this machine and its process is gone: registering over it at once"
+                        );
+                        req.supersede = Some(live.holder.boot);
+                        continue;
+                    }
+                    Some(true) => return Err(StartError::InstanceLive { live }),
+                    _ => {}
+                }
                 let renewed = seen.is_some_and(|until| live.alive_until > until);
                 if renewed || Instant::now() >= deadline {
                     return Err(StartError::InstanceLive { live });

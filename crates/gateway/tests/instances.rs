@@ -101,31 +101,79 @@ async fn a_second_start_under_a_live_instance_name_is_refused_and_frees_nothing(
     again.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crashed_gateways_name_and_claims_are_free_once_its_lease_lapses() {
-    let down = Downstream::start(Behaviour::Hang).await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&down, dir.path());
-    let config = idemgate_gateway::Config::from_toml(&text).unwrap();
-    // A boot registered as a crashed process leaves it: a claim held, no heartbeat, no end.
-    let crashed = idemgate_gateway::open(&config).await.unwrap();
-    let holder = crashed.holder().unwrap().clone();
-    let claim = crashed
-        .source("stripe-live")
-        .unwrap()
-        .claim_request(Key::parse("stripe-live", "evt_crash").unwrap())
-        .holder(holder.clone());
-    let outcome = crashed.store.claim(claim).await.unwrap();
+/// A boot left by a process that crashed: registered straight into the store, with a claim it
+/// held and a liveness lease still running, as the crashed process left them.
+async fn crashed_boot(dir: &std::path::Path, process: String) -> idemgate_core::Holder {
+    use idemgate_core::{BootRequest, InstanceName, Instances};
+    let store = idemgate_sqlite::SqliteStore::open(dir).unwrap();
+    let boot = store
+        .register_boot(&BootRequest {
+            process,
+            ..BootRequest::new(
+                InstanceName::new("gw-1").unwrap(),
+                Duration::from_secs(3),
+                "a-host",
+            )
+        })
+        .await
+        .unwrap();
+    let claim = idemgate_core::ClaimRequest::new(
+        Key::parse("stripe-live", "evt_crash").unwrap(),
+        Duration::from_secs(60),
+        Duration::from_secs(3_600),
+    )
+    .holder(boot.holder.clone());
+    let outcome = store.claim(claim).await.unwrap();
     assert!(
         matches!(outcome, idemgate_core::ClaimOutcome::Claimed { .. }),
         "{outcome:?}"
     );
-    drop(crashed);
-    // The restart waits for the lease (3 s) to lapse, then frees the claim.
+    boot.holder
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_gateways_name_and_claims_are_free_at_once_on_its_machine() {
+    let down = Downstream::start(Behaviour::Hang).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&down, dir.path());
+    let config = idemgate_gateway::Config::from_toml(&text).unwrap();
+    // The crashed process ran here: its pid is gone (a child that exited).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let process = format!("{}/{}/{pid}/1", kernel.trim(), ns.display());
+    let holder = crashed_boot(dir.path(), process).await;
+    let started = Instant::now();
+    let restarted = idemgate_gateway::open(&config).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "waited {:?} for a lease whose process is provably gone",
+        started.elapsed()
+    );
+    assert_eq!(restarted.holder().unwrap().boot, holder.boot + 1);
+    assert_eq!(
+        history(dir.path(), "evt_crash").await,
+        [HistoryOutcome::Claimed, HistoryOutcome::Abandoned]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_gateway_elsewhere_is_free_once_its_lease_lapses() {
+    let down = Downstream::start(Behaviour::Hang).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&down, dir.path());
+    let config = idemgate_gateway::Config::from_toml(&text).unwrap();
+    // Another machine's process: nothing to look up, so its lease (3 s) is waited for.
+    let holder = crashed_boot(dir.path(), "another-kernel/pid:[1]/77/123".to_owned()).await;
     let started = Instant::now();
     let restarted = idemgate_gateway::open(&config).await.unwrap();
     let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(6), "{waited:?}");
+    assert!(
+        waited > Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
     assert_eq!(restarted.holder().unwrap().boot, holder.boot + 1);
     assert_eq!(
         history(dir.path(), "evt_crash").await,

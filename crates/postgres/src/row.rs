@@ -194,6 +194,7 @@ pub(crate) fn boot_of(
             holder,
             host: get(row, "r_host", context)?,
             pid: u32::try_from(get::<i32>(row, "r_pid", context)?).unwrap_or(0),
+            process: get(row, "r_process", context)?,
             started_at,
             alive_until: until,
             remaining: until.since(now),

@@ -188,7 +188,17 @@ impl PgStore {
                 .map_err(PgError::db(CONTEXT))?;
             // One implicit transaction: a deadlock with a claim batch rolls all of it back.
             match client
-                .query_one(&stmt, &[&instance.as_str(), &lease, &req.host, &pid])
+                .query_one(
+                    &stmt,
+                    &[
+                        &instance.as_str(),
+                        &lease,
+                        &req.host,
+                        &pid,
+                        &req.process,
+                        &req.supersede.map(|b| b as i64),
+                    ],
+                )
                 .await
                 .map_err(PgError::db(CONTEXT))
             {

@@ -184,7 +184,8 @@ impl Abandon {
 pub(crate) enum BootReply {
     /// `{booted, boot, started_at}`: the new boot.
     Booted { boot: u64, started_at: Timestamp },
-    /// `{live, boot, started_at, host, pid, alive_until, now}`: the latest boot is alive.
+    /// `{live, boot, started_at, host, pid, alive_until, now, process}`: the latest boot is
+    /// alive.
     Live {
         boot: u64,
         started_at: Timestamp,
@@ -192,6 +193,7 @@ pub(crate) enum BootReply {
         pid: u32,
         alive_until: Timestamp,
         now: Timestamp,
+        process: String,
     },
     /// `{until, alive_until}`: the lease's new end.
     Until(Timestamp),
@@ -216,6 +218,7 @@ impl BootReply {
                 pid: r.int().and_then(|n| r.convert(n))?,
                 alive_until: at(r.int()?),
                 now: at(r.int()?),
+                process: r.name()?,
             },
             "until" => Self::Until(at(r.int()?)),
             "superseded" => Self::Superseded(r.int().and_then(|n| r.convert(n))?),

@@ -7,3 +7,5 @@
 ALTER TABLE instances ADD COLUMN alive_until INTEGER;
 ALTER TABLE instances ADD COLUMN host TEXT NOT NULL DEFAULT '';
 ALTER TABLE instances ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
+-- Who the process is, for a later process on the same machine to tell whether it still runs.
+ALTER TABLE instances ADD COLUMN process TEXT NOT NULL DEFAULT '';

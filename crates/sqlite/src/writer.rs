@@ -542,7 +542,7 @@ fn boot(conn: &Connection, req: &BootRequest, now: Timestamp) -> Result<Boot, St
 /// An instance's latest boot.
 fn read_boot(conn: &Connection, instance: &InstanceName) -> rusqlite::Result<Option<BootRow>> {
     conn.prepare_cached(
-        "SELECT boot, started_at, alive_until, host, pid FROM instances WHERE instance = ?1",
+        "SELECT boot, started_at, alive_until, host, pid, process FROM instances WHERE instance = ?1",
     )?
     .query_row(params![instance.as_str()], |r| {
         Ok(BootRow {
@@ -551,6 +551,7 @@ fn read_boot(conn: &Connection, instance: &InstanceName) -> rusqlite::Result<Opt
             alive_until: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_millis),
             host: r.get(3)?,
             pid: r.get::<_, i64>(4)? as u32,
+            process: r.get(5)?,
         })
     })
     .optional()
@@ -565,6 +566,7 @@ fn write_boot(conn: &Connection, instance: &InstanceName, row: &BootRow) -> rusq
             row.alive_until.map(Timestamp::as_millis),
             row.host,
             i64::from(row.pid),
+            row.process,
         ])
         .map(drop)
 }

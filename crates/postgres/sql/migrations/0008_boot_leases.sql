@@ -16,20 +16,25 @@
 ALTER TABLE instances
     ADD COLUMN alive_until timestamptz,
     ADD COLUMN host        text    NOT NULL DEFAULT '',
-    ADD COLUMN pid         integer NOT NULL DEFAULT 0;
+    ADD COLUMN pid         integer NOT NULL DEFAULT 0,
+    -- Who the process is, for a later process on the same machine to tell whether it still runs.
+    ADD COLUMN process     text    NOT NULL DEFAULT '';
 
--- A new boot of p_instance with a liveness lease of p_lease_ms, from p_host as p_pid, in one
--- transaction by the database's clock. r_live is true when the instance's latest boot is alive:
--- then nothing changed, and r_boot, r_started_ms, r_host, r_pid and r_alive_until_ms describe
--- that boot. Otherwise r_boot is the new boot, which freed r_freed claims and r_items_freed inbox
+-- A new boot of p_instance with a liveness lease of p_lease_ms, from p_host as p_pid (the
+-- process p_process), in one transaction by the database's clock. r_live is true when the
+-- instance's latest boot is alive and is not p_supersede (a boot the caller proved dead): then
+-- nothing changed, and r_boot, r_started_ms, r_host, r_pid, r_process and r_alive_until_ms
+-- describe that boot. Otherwise r_boot is the new boot, which freed r_freed claims and r_items_freed inbox
 -- items of the boots before it, as schema 3's register_boot did.
 --
 -- Concurrent boots of one name serialize on its row: the upsert's condition is judged against
 -- the row as the winner committed it, so of two processes starting at once exactly one
 -- registers and the other hears r_live.
-CREATE FUNCTION register_boot(p_instance text, p_lease_ms bigint, p_host text, p_pid integer)
+CREATE FUNCTION register_boot(p_instance text, p_lease_ms bigint, p_host text, p_pid integer,
+                              p_process text, p_supersede bigint)
 RETURNS TABLE (r_live boolean, r_boot bigint, r_started_ms bigint, r_host text, r_pid integer,
-               r_alive_until_ms bigint, r_now_ms bigint, r_freed bigint, r_items_freed bigint)
+               r_process text, r_alive_until_ms bigint, r_now_ms bigint, r_freed bigint,
+               r_items_freed bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -37,17 +42,20 @@ DECLARE
     v_boot bigint;
 BEGIN
     r_now_ms := epoch_ms(v_now);
-    INSERT INTO instances AS i (instance, boot, started_at, alive_until, host, pid)
-    VALUES (p_instance, 1, v_now, v_now + p_lease_ms * interval '1 ms', p_host, p_pid)
+    INSERT INTO instances AS i (instance, boot, started_at, alive_until, host, pid, process)
+    VALUES (p_instance, 1, v_now, v_now + p_lease_ms * interval '1 ms', p_host, p_pid,
+            p_process)
     ON CONFLICT (instance) DO UPDATE
        SET boot = i.boot + 1, started_at = excluded.started_at,
-           alive_until = excluded.alive_until, host = excluded.host, pid = excluded.pid
-     WHERE i.alive_until IS NULL OR i.alive_until <= v_now
+           alive_until = excluded.alive_until, host = excluded.host, pid = excluded.pid,
+           process = excluded.process
+     WHERE i.alive_until IS NULL OR i.alive_until <= v_now OR i.boot = p_supersede
     RETURNING i.boot INTO v_boot;
 
     IF NOT FOUND THEN
-        SELECT true, i.boot, epoch_ms(i.started_at), i.host, i.pid, epoch_ms(i.alive_until)
-          INTO r_live, r_boot, r_started_ms, r_host, r_pid, r_alive_until_ms
+        SELECT true, i.boot, epoch_ms(i.started_at), i.host, i.pid, i.process,
+               epoch_ms(i.alive_until)
+          INTO r_live, r_boot, r_started_ms, r_host, r_pid, r_process, r_alive_until_ms
           FROM instances i WHERE i.instance = p_instance;
         r_freed := 0;
         r_items_freed := 0;
@@ -81,6 +89,7 @@ BEGIN
     r_started_ms := epoch_ms(v_now);
     r_host := p_host;
     r_pid := p_pid;
+    r_process := p_process;
     r_alive_until_ms := epoch_ms(v_now + p_lease_ms * interval '1 ms');
     RETURN NEXT;
 END
@@ -97,7 +106,7 @@ AS $$
 DECLARE
     v record;
 BEGIN
-    SELECT * INTO v FROM register_boot(p_instance, 30000, '', 0);
+    SELECT * INTO v FROM register_boot(p_instance, 30000, '', 0, '', NULL);
     IF v.r_live THEN
         RAISE EXCEPTION 'idemgate: instance % is held by a live process (boot %, pid % on %)',
             p_instance, v.r_boot, v.r_pid, v.r_host;

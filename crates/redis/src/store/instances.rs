@@ -28,7 +28,9 @@ impl RedisStore {
             .arg("boot")
             .arg(u64::try_from(req.lease.as_millis()).unwrap_or(u64::MAX))
             .arg(&req.host)
-            .arg(req.pid);
+            .arg(req.pid)
+            .arg(&req.process)
+            .arg(req.supersede.map(|b| b.to_string()).unwrap_or_default());
         let (boot, started) = match self.boot_script(&call).await? {
             reply::BootReply::Booted { boot, started_at } => (boot, started_at.as_millis()),
             reply::BootReply::Live {
@@ -38,6 +40,7 @@ impl RedisStore {
                 pid,
                 alive_until,
                 now,
+                process,
             } => {
                 return Ok(Err(LiveBoot {
                     holder: Holder {
@@ -46,6 +49,7 @@ impl RedisStore {
                     },
                     host,
                     pid,
+                    process,
                     started_at,
                     alive_until,
                     remaining: alive_until.since(now),
