@@ -188,7 +188,13 @@ async fn settle_guard(
     if let Err(e) = state
         .dedup
         .finisher()
-        .finish(state.dedup.store(), &token, what, lease)
+        .finish(
+            state.dedup.store(),
+            &token,
+            what,
+            lease,
+            state.dedup.store_wait(),
+        )
         .await
     {
         tracing::warn!(source = %token.key.source, error = %crate::error::ErrorChain(&e), "the payload's claim was lost before it could be finished");

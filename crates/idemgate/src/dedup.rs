@@ -308,7 +308,7 @@ impl Dedup {
         if let Err(e) = self
             .inner
             .finisher
-            .finish(&self.inner.store, &token, what, lease)
+            .finish(&self.inner.store, &token, what, lease, self.store_wait())
             .await
         {
             // The claim is no longer this token's: its lease lapsed and another delivery took it

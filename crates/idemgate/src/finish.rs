@@ -21,7 +21,7 @@
 //! still pending when the process exits is logged, and the claim's lease (or, after a restart of
 //! the same instance, the instance recovery) decides what happens to the event.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,22 +64,26 @@ pub struct Finisher {
     tasks: TaskTracker,
     /// Cancelled when shutdown gives up waiting.
     abandon: CancellationToken,
-    /// Events whose completion is being retried.
-    completing: Arc<Mutex<HashSet<Key>>>,
+    /// Events whose completion is under way (its first try, or its retries), with how many
+    /// guards hold each.
+    completing: Arc<Mutex<HashMap<Key, usize>>>,
 }
 
-/// Removes a key from the pending completions when its retry ends, however it ends.
+/// Takes a key off the pending completions when its last guard goes, however it ends.
 struct Completing {
-    set: Arc<Mutex<HashSet<Key>>>,
+    set: Arc<Mutex<HashMap<Key, usize>>>,
     key: Key,
 }
 
 impl Drop for Completing {
     fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
+        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = set.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                set.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -92,9 +96,14 @@ impl Finisher {
         }
     }
 
-    /// Completes or releases `token` now; when the store fails, keeps trying in the background
-    /// (renewing the lease by `lease` between tries) and returns at once. `Ok(false)` means a
-    /// retry is pending.
+    /// Completes or releases `token` now, waiting for the store at most `wait`; when the store
+    /// fails or does not answer in time, keeps trying in the background (renewing the lease by
+    /// `lease` between tries) and returns. `Ok(false)` means a retry is pending.
+    ///
+    /// A completion counts as pending from its first try: while that try waits on a slow store,
+    /// [`Finisher::completing`] already answers the event's other deliveries, so none of them
+    /// reaches the store, takes a lease that lapsed meanwhile over, and processes the event
+    /// again.
     ///
     /// # Errors
     /// [`StoreError::StaleToken`]: the claim is no longer this token's (taken over, released or
@@ -105,8 +114,18 @@ impl Finisher {
         token: &ClaimToken,
         what: Finish,
         lease: Duration,
+        wait: Duration,
     ) -> Result<bool, StoreError> {
-        match apply(store, token, what, &self.health).await {
+        let pending = (what == Finish::Complete).then(|| self.mark_completing(&token.key));
+        let tried = tokio::time::timeout(wait, apply(store, token, what, &self.health))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::backend(
+                    format!("no answer within {}", idemgate_core::Human(wait)),
+                    crate::dedup::NoAnswer,
+                ))
+            });
+        match tried {
             Ok(()) => Ok(true),
             Err(e @ StoreError::StaleToken { .. }) => Err(e),
             Err(e) => {
@@ -117,9 +136,26 @@ impl Finisher {
                     "the store did not take a claim's {}; retrying in the background",
                     what.name()
                 );
+                // The mark goes with the retry, which takes its own first.
                 self.retry(store.clone(), token.clone(), what, lease);
+                drop(pending);
                 Ok(false)
             }
+        }
+    }
+
+    /// Marks `key`'s completion pending until the guard is dropped. Marks nest: a key stays
+    /// marked while any of its guards lives.
+    fn mark_completing(&self, key: &Key) -> Completing {
+        *self
+            .completing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_insert(0) += 1;
+        Completing {
+            set: self.completing.clone(),
+            key: key.clone(),
         }
     }
 
@@ -128,16 +164,7 @@ impl Finisher {
     pub fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
         let abandon = self.abandon.clone();
         let health = self.health.clone();
-        let completing = (what == Finish::Complete).then(|| {
-            self.completing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(token.key.clone());
-            Completing {
-                set: self.completing.clone(),
-                key: token.key.clone(),
-            }
-        });
+        let completing = (what == Finish::Complete).then(|| self.mark_completing(&token.key));
         self.tasks.spawn(async move {
             let _completing = completing;
             let mut pause = FIRST_PAUSE;
@@ -207,7 +234,7 @@ impl Finisher {
         self.completing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(key)
+            .contains_key(key)
     }
 
     /// Retries not yet taken by the store.
