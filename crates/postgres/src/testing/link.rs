@@ -21,7 +21,8 @@ pub enum Mode {
     SwallowAnswers,
 }
 
-/// A proxy from a loopback port to `upstream`; see the [module docs](self). Stops when dropped.
+/// A proxy from a loopback port to `upstream` that can stop forwarding, swallow answers and cut
+/// connections. Stops when dropped.
 #[derive(Debug)]
 pub struct FaultyLink {
     addr: SocketAddr,
