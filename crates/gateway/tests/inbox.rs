@@ -377,7 +377,10 @@ async fn a_stopped_gateway_leaves_its_queue_and_the_next_one_delivers_it() {
         5 - delivered,
         "{stats:?}"
     );
-    assert!(delivered < 5, "the first gateway delivered everything before it stopped");
+    assert!(
+        delivered < 5,
+        "the first gateway delivered everything before it stopped"
+    );
 
     // The next gateway on the same store delivers them, each once more.
     let gw = Gateway::start_with(&text).await;
