@@ -262,12 +262,18 @@ async fn a_claim_whose_caller_left_before_the_answer_is_released() {
     let dir = tempfile::tempdir().unwrap();
     let store = idemgate_sqlite::SqliteStore::open(dir.path()).unwrap();
     let dedup = Dedup::new(AnyStore::Plain(idemgate::Engine::Sqlite(store)));
-    // Polled once (the claim goes to the SQLite writer's thread), then dropped unanswered.
-    let gave_up = tokio::time::timeout(Duration::ZERO, dedup.claim(req("o-left"))).await;
+    // Another connection holds the database's write lock, so the writer cannot answer while
+    // the caller waits (the store is slow); the caller gives up, and only then is the lock let go.
+    let blocker = rusqlite::Connection::open(dir.path().join(idemgate_sqlite::DB_FILE)).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(100), dedup.claim(req("o-left"))).await;
     assert!(
         gave_up.is_err(),
-        "the writer answered within the first poll"
+        "the writer answered through a held write lock"
     );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
     let mut outcomes = Vec::new();
     for _ in 0..200 {
         let view = dedup.store().lookup(&key("o-left")).await.unwrap();
