@@ -66,11 +66,21 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
             ),
             Err(e) => problems.push(config.locate(e, Some(file)).to_string()),
         }
+        let late = match sc.late_duplicates {
+            idemgate_core::LateDuplicates::Off => "off".to_owned(),
+            policy_name => format!(
+                "{} within {}",
+                policy_name.as_str(),
+                Human(
+                    sc.late_duplicate_horizon
+                        .unwrap_or_else(|| idemgate_core::default_late_horizon(policy.ttl.ttl))
+                )
+            ),
+        };
         outln!(
-            "    mode      {}, lease {}, late duplicates {}",
+            "    mode      {}, lease {}, late duplicates {late}",
             sc.mode.as_str(),
             Human(policy.lease),
-            sc.late_duplicates.as_str()
         );
         match &sc.forward_url {
             Some(url) => outln!(

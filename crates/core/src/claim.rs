@@ -69,6 +69,10 @@ pub struct ClaimRequest {
     pub ttl: Duration,
     pub mode: ClaimMode,
     pub late_duplicates: LateDuplicates,
+    /// How far back history is asked about a late duplicate: a delivery is one when its event
+    /// was processed and first received within this long. `None`: the default for the TTL,
+    /// [`default_late_horizon`]. See [`ClaimRequest::late_duplicate_horizon`].
+    pub late_horizon: Option<Duration>,
     /// Who will hold the claim: the gateway process and boot asking. A won claim (first receipt
     /// or takeover) in [`ClaimMode::OnSuccess`] records it, so that the process's next boot can
     /// free the claim at once ([`crate::Instances::register_boot`]) instead of waiting out the
@@ -86,8 +90,18 @@ impl ClaimRequest {
             ttl,
             mode: ClaimMode::OnSuccess,
             late_duplicates: LateDuplicates::default(),
+            late_horizon: None,
             holder: None,
         }
+    }
+
+    /// The late-duplicate horizon this claim asks history with: the `late_horizon` field as
+    /// set, else [`default_late_horizon`] of its TTL. A store reads no history received
+    /// before it (on PostgreSQL, the monthly partitions before it are not read at all), so a
+    /// claim's cost does not grow with history's retention.
+    pub fn late_duplicate_horizon(&self) -> Duration {
+        self.late_horizon
+            .unwrap_or_else(|| default_late_horizon(self.ttl))
     }
 
     #[must_use]
@@ -113,6 +127,23 @@ impl ClaimRequest {
         self.late_duplicates = policy;
         self
     }
+
+    #[must_use]
+    pub fn late_horizon(mut self, horizon: Duration) -> Self {
+        self.late_horizon = Some(horizon);
+        self
+    }
+}
+
+/// The shortest default late-duplicate horizon: Stripe resends events up to 30 days old from its
+/// dashboard, the longest manual redelivery among the senders idemgate knows.
+pub const MIN_DEFAULT_LATE_HORIZON: Duration = Duration::from_secs(30 * 86_400);
+
+/// The late-duplicate horizon of a claim that sets none: twice its TTL, and at least
+/// [`MIN_DEFAULT_LATE_HORIZON`]. Past the TTL a sender no longer retries on its own; what comes
+/// later is an operator's redelivery, which comes within days or weeks, not a year.
+pub fn default_late_horizon(ttl: Duration) -> Duration {
+    ttl.saturating_mul(2).max(MIN_DEFAULT_LATE_HORIZON)
 }
 
 /// Who holds a claim: one boot of one gateway process.

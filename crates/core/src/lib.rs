@@ -42,7 +42,8 @@ pub mod testkit;
 
 pub use claim::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryEntry, HistoryOutcome,
-    Holder, LateDuplicates, Prior, Record, RecordState, TokenParseError,
+    Holder, LateDuplicates, MIN_DEFAULT_LATE_HORIZON, Prior, Record, RecordState, TokenParseError,
+    default_late_horizon,
 };
 pub use key::{EventId, Fingerprint, InstanceName, Key, KeyError, SourceName};
 pub use memory::MemoryStore;

@@ -66,8 +66,13 @@ pub fn claim(
     prior: Option<Prior>,
 ) -> ClaimStep {
     let Some(rec) = live(stored, now) else {
+        // A late duplicate: processed before, and first received within the horizon.
         let late = prior
-            .filter(|p| p.processed && req.late_duplicates != LateDuplicates::Off)
+            .filter(|p| {
+                p.processed
+                    && req.late_duplicates != LateDuplicates::Off
+                    && now.since(p.first_seen) <= req.late_duplicate_horizon()
+            })
             .map(|p| p.first_seen);
         let on_receipt = req.mode == ClaimMode::OnReceipt;
         let fresh = Record {

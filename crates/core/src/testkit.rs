@@ -128,6 +128,7 @@ macro_rules! conformance_tests {
             late_duplicate_is_flagged_after_the_ttl,
             late_duplicate_is_rejected_under_reject,
             late_duplicates_off_claims_afresh,
+            a_late_duplicate_is_told_only_within_the_horizon,
             released_attempt_is_not_a_late_duplicate,
             unfinished_attempt_is_not_a_late_duplicate,
             mark_on_receipt_claim_counts_as_processed,
@@ -1069,6 +1070,39 @@ pub mod cases {
             outcomes(&store, &key).await.last(),
             Some(&HistoryOutcome::Claimed)
         );
+    }
+
+    /// A delivery of an event processed and first received longer ago than the claim's
+    /// late-duplicate horizon is a first receipt; within it, a late duplicate.
+    pub async fn a_late_duplicate_is_told_only_within_the_horizon(h: &impl Harness) {
+        let store = h.store();
+        let (beyond, within) = (key("src"), key("src"));
+        for k in [&beyond, &within] {
+            let token = claimed(&store, ClaimRequest::new(k.clone(), SHORT_LEASE, SHORT_TTL)).await;
+            store.complete(&token).await.unwrap();
+        }
+        h.advance(SHORT_TTL).await;
+        assert_not_late(&store, req(&beyond).late_horizon(SHORT_TTL / 2)).await;
+        assert_eq!(
+            outcomes(&store, &beyond).await,
+            [
+                HistoryOutcome::Claimed,
+                HistoryOutcome::Completed,
+                HistoryOutcome::Claimed
+            ],
+            "history before the horizon is not asked"
+        );
+        match store
+            .claim(req(&within).late_horizon(SHORT_TTL * 20))
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed {
+                late_duplicate: Some(_),
+                ..
+            } => {}
+            other => panic!("expected a flagged Claimed within the horizon, got {other:?}"),
+        }
     }
 
     pub async fn released_attempt_is_not_a_late_duplicate(h: &impl Harness) {

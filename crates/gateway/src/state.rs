@@ -39,6 +39,8 @@ pub struct Source {
     pub dispatch: Dispatch,
     pub on_conflict: OnConflict,
     pub late_duplicates: LateDuplicates,
+    /// `late_duplicate_horizon` (`None`: the default for the TTL).
+    pub late_duplicate_horizon: Option<std::time::Duration>,
     /// The largest body accepted for it (`body_limit`, or the defaults: `limits.body_limit`, or
     /// the provider's documented maximum when larger).
     pub body_limit: usize,
@@ -71,9 +73,13 @@ impl Source {
 
     /// A claim of `key` under this source's TTL, lease and mode.
     pub fn claim_request(&self, key: Key) -> ClaimRequest {
-        ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
+        let req = ClaimRequest::new(key, self.policy.lease, self.policy.ttl.ttl)
             .mode(self.mode.claim_mode())
-            .late_duplicates(self.late_duplicates)
+            .late_duplicates(self.late_duplicates);
+        match self.late_duplicate_horizon {
+            Some(horizon) => req.late_horizon(horizon),
+            None => req,
+        }
     }
 }
 
@@ -595,6 +601,7 @@ fn build_source(
         dispatch: sc.dispatch.clone(),
         on_conflict: sc.on_conflict,
         late_duplicates: sc.late_duplicates,
+        late_duplicate_horizon: sc.late_duplicate_horizon,
         body_limit,
         dedupe_on_body: sc.dedupe_on_body(),
     })

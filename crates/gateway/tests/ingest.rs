@@ -470,6 +470,21 @@ async fn a_forward_timeout_not_shorter_than_the_request_timeout_is_refused() {
     idemgate_gateway::Config::from_toml(&fine).unwrap();
 }
 
+#[test]
+fn a_late_duplicate_horizon_within_the_ttl_is_refused() {
+    // Stripe's TTL: 3 days of retries plus the margins, about 3 days and 2 hours.
+    let text = "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nforward_url = \"http://127.0.0.1:9/hook\"\nlate_duplicate_horizon = \"2days\"\n";
+    let err = idemgate_gateway::Config::from_toml(text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("late_duplicate_horizon") && err.contains("TTL"),
+        "{err}"
+    );
+    let fine = text.replace("2days", "10days");
+    idemgate_gateway::Config::from_toml(&fine).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_lets_a_forward_in_flight_settle_itself() {
     let down = Downstream::start(Behaviour::Slow(Duration::from_millis(1_000))).await;

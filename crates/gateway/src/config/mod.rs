@@ -319,6 +319,11 @@ pub struct SourceConfig {
     /// it, record and count it), "reject" (answer 200 without processing) or "off".
     #[serde(default)]
     pub late_duplicates: LateDuplicates,
+    /// How far back a claim asks history whether an expired event was processed: a delivery is
+    /// a late duplicate when its event was first received within this long. Default twice the
+    /// TTL, at least 30 days; it must be longer than the TTL.
+    #[serde(default, with = "humantime_serde")]
+    pub late_duplicate_horizon: Option<Duration>,
     #[serde(default = "default_forward_timeout", with = "humantime_serde")]
     pub forward_timeout: Duration,
     /// Signature timestamp tolerance: a replay guard, not the retry window. Default 5 minutes;
@@ -564,6 +569,18 @@ impl SourceConfig {
         }
         if self.forward_timeout.is_zero() {
             return Err(self.invalid("forward_timeout", "must be above zero"));
+        }
+        if let Some(horizon) = self.late_duplicate_horizon
+            && horizon <= ttl.ttl
+        {
+            return Err(self.invalid(
+                "late_duplicate_horizon",
+                format!(
+                    "{} is not longer than the source's TTL of {}: within the TTL the record answers, so no late duplicate could be told. Leave it out (the default is twice the TTL, at least 30 days), or give a longer one",
+                    Human(horizon),
+                    Human(ttl.ttl)
+                ),
+            ));
         }
         if self.mode == Mode::Inbox {
             if self.forward_url.is_none() {

@@ -2,7 +2,8 @@
 -- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = mode ("s" on success, "r" on receipt),
 -- ARGV[6] = fingerprint (hex or empty), ARGV[7] = lease (ms), ARGV[8] = ttl (ms), ARGV[9] = the
 -- nonce a won claim gets (16 hex digits), ARGV[10] = late duplicates ("off", "flag", "reject"),
--- ARGV[11] = the holder's instance (empty for none), ARGV[12] = its boot.
+-- ARGV[11] = the holder's instance (empty for none), ARGV[12] = its boot, ARGV[13] = the
+-- late-duplicate horizon (ms): an event first received longer ago is no late duplicate.
 -- Returns {answer, n, gap, expires_at, late_first_seen, stream_failed}, decoded by src/reply.rs
 -- (-1 where none; stream_failed is 1 when the source stream could not take the row, else 0):
 --   "claimed", "reclaimed", "late_claimed": n = the attempt;
@@ -23,7 +24,8 @@ local function claim(KEYS, ARGV)
     local expires_at = now + ARGV[8]
     local expires = ms(expires_at)
     local late = nil
-    if policy ~= 'off' and ev.prior and ev.prior.processed then
+    if policy ~= 'off' and ev.prior and ev.prior.processed
+       and since(now, ev.prior.first_seen) <= tonumber(ARGV[13]) then
       late = ev.prior.first_seen
     end
     local on_receipt = ARGV[5] == 'r'

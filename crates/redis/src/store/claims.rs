@@ -49,7 +49,8 @@ impl RedisStore {
                         .arg(&nonce_hex)
                         .arg(late)
                         .arg(holder_instance)
-                        .arg(&holder_boot);
+                        .arg(&holder_boot)
+                        .arg(ms(req.late_duplicate_horizon()));
                 },
             )
             .await?;
