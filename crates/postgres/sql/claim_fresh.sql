@@ -4,7 +4,10 @@
 -- then, shaped as claim_batch's, and none otherwise: the claim then goes to claim_batch, which
 -- decides it (a duplicate, a takeover, a late duplicate). By the database's clock, read once.
 -- $1 source, $2 event id, $3 fingerprint, $4 lease ms, $5 TTL ms, $6 on receipt, $7 nonce,
--- $8 late-duplicate detection, $9 holder instance, $10 holder boot.
+-- $8 late-duplicate detection, $9 holder instance, $10 holder boot, $11 late-duplicate horizon ms.
+-- History before the horizon is not read: statement_timestamp() is fixed when the plan starts,
+-- so the monthly partitions wholly before it are pruned then (the probe only decides between
+-- this fast path and claim_batch, which judges the horizon exactly).
 WITH c AS (
     SELECT clock_timestamp() AS t,
            CASE WHEN $6::boolean THEN 'done' ELSE 'processing' END AS state
@@ -20,6 +23,8 @@ WITH c AS (
            -- A lateral probe, as in claim_batch: never a subplan the planner may hash.
            LEFT JOIN LATERAL (SELECT 1 AS hit FROM history h
                                WHERE $8::text <> 'off' AND h.source = $1 AND h.event_id = $2
+                                 AND h.received_at >= statement_timestamp()
+                                                      - $11::bigint * interval '1 ms'
                                LIMIT 1) seen ON true
      WHERE seen.hit IS NULL
     ON CONFLICT DO NOTHING

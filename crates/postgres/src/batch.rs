@@ -401,6 +401,7 @@ async fn claim_fresh(db: &Db, claim: &Claim) -> Result<Option<ClaimOutcome>, PgE
                 &req.late_duplicates.as_str(),
                 &req.holder.as_ref().map(|h| h.instance.as_str()),
                 &req.holder.as_ref().map(|h| h.boot as i64),
+                &millis(req.late_duplicate_horizon()),
             ],
         )
         .await
@@ -486,6 +487,7 @@ async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutco
     let mut late = Vec::with_capacity(n);
     let mut holder_instances = Vec::with_capacity(n);
     let mut holder_boots = Vec::with_capacity(n);
+    let mut horizons = Vec::with_capacity(n);
     for Pending { item: p, .. } in batch {
         sources.push(p.req.key.source.as_str());
         event_ids.push(p.req.key.event_id.as_str());
@@ -499,6 +501,7 @@ async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutco
         holder_instances.push(p.req.holder.as_ref().map(|h| h.instance.as_str()));
         // Bit for bit, like the nonce.
         holder_boots.push(p.req.holder.as_ref().map(|h| h.boot as i64));
+        horizons.push(millis(p.req.late_duplicate_horizon()));
     }
     let client = db.client().await?;
     let stmt = client
@@ -521,6 +524,7 @@ async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutco
                 &late,
                 &holder_instances,
                 &holder_boots,
+                &horizons,
             ],
         )
         .await

@@ -243,9 +243,12 @@ impl PgConfig {
     }
 
     /// The parsed URL, with idemgate's session settings added: `search_path` the schema (the
-    /// store's statements name its tables unqualified), `TimeZone` UTC, generic plans, and
-    /// unless the URL says otherwise the application name `idemgate` and the bounds that keep a
-    /// database that stops answering (packets dropped, not refused) from holding the gateway:
+    /// store's statements name its tables unqualified), `TimeZone` UTC, generic plans, plans
+    /// that do not depend on statistics (`enable_seqscan`, `enable_hashjoin`,
+    /// `enable_mergejoin` and `jit` off: every hot statement is a key's index lookup, whatever
+    /// the planner believes of the tables' size), and unless the URL says otherwise the
+    /// application name `idemgate` and the bounds that keep a database that stops answering
+    /// (packets dropped, not refused) from holding the gateway:
     ///
     /// - a 5 s connect timeout;
     /// - `tcp_user_timeout` 8 s: a connection whose sent data goes unacknowledged that long is
@@ -281,12 +284,28 @@ impl PgConfig {
             options.push(' ');
         }
         // Generic plans: the claim functions' statements are planned once per connection, not on
-        // every call (their array parameters make custom plans no better).
+        // every call (their array parameters make custom plans no better). Plans that hold
+        // whatever the statistics say: every statement of the hot path is a key's lookup with
+        // an index to serve it, and with sequential scans, hash and merge joins priced out that
+        // lookup is the one plan left, however small the tables looked when it was made (a new
+        // store, never analyzed). JIT off: a plan priced with a disabled node can cross
+        // jit_above_cost and be compiled on every call, and never pays on a handful of rows.
+        // Statements that aggregate turn them back on for themselves (`reporting`).
         let own = |setting: &str| options.contains(setting);
         let mut added = format!(
             "-c search_path={} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan",
             self.schema
         );
+        for setting in [
+            "enable_seqscan",
+            "enable_hashjoin",
+            "enable_mergejoin",
+            "jit",
+        ] {
+            if !own(setting) {
+                added.push_str(&format!(" -c {setting}=off"));
+            }
+        }
         if !own("statement_timeout") {
             added.push_str(" -c statement_timeout=15s");
         }
@@ -558,6 +577,37 @@ mod tests {
         assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
         let pg = PgConfig::new("host=db user=u").connection_config().unwrap();
         assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Prefer);
+    }
+
+    #[test]
+    fn sessions_plan_without_scans_hashes_merges_or_jit_unless_the_url_says_otherwise() {
+        let pg = PgConfig::new("postgres://u@db.example/app")
+            .connection_config()
+            .unwrap();
+        let options = pg.get_options().unwrap();
+        for setting in [
+            "-c enable_seqscan=off",
+            "-c enable_hashjoin=off",
+            "-c enable_mergejoin=off",
+            "-c jit=off",
+        ] {
+            assert!(
+                options.contains(setting),
+                "{setting} missing from {options}"
+            );
+        }
+        let pg = PgConfig::new(
+            "postgres://u@db.example/app?options=-c%20enable_seqscan%3Don%20-c%20jit%3Don",
+        )
+        .connection_config()
+        .unwrap();
+        let options = pg.get_options().unwrap();
+        assert!(
+            options.contains("enable_seqscan=on") && !options.contains("enable_seqscan=off"),
+            "{options}"
+        );
+        assert!(!options.contains("jit=off"), "{options}");
+        assert!(options.contains("-c enable_hashjoin=off"), "{options}");
     }
 
     #[test]

@@ -182,3 +182,25 @@ impl Db {
         rows.iter().map(|r| row::get(r, column, context)).collect()
     }
 }
+
+/// Runs `statements` (each with its parameters) in one transaction that turns sequential scans
+/// and hash and merge joins back on for itself; their rows, in order. For the statements that
+/// aggregate whole tables (the dashboard's counts, the advisor's window, inbox stats), which a
+/// scan serves better than the index lookups the store's session settings leave the hot path.
+pub(crate) async fn reporting(
+    client: &mut Object,
+    statements: &[(&str, &[&(dyn tokio_postgres::types::ToSql + Sync)])],
+) -> Result<Vec<Vec<tokio_postgres::Row>>, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(
+        "SET LOCAL enable_seqscan = on; SET LOCAL enable_hashjoin = on; \
+         SET LOCAL enable_mergejoin = on",
+    )
+    .await?;
+    let mut out = Vec::with_capacity(statements.len());
+    for (sql, params) in statements {
+        out.push(tx.query(*sql, params).await?);
+    }
+    tx.commit().await?;
+    Ok(out)
+}

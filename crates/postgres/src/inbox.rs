@@ -107,6 +107,7 @@ impl PgStore {
         let fingerprint = req.fingerprint.as_ref().map(|f| f.as_bytes().as_slice());
         let (lease, ttl) = (millis(req.lease), millis(req.ttl));
         let late = req.late_duplicates.as_str();
+        let horizon = millis(req.late_duplicate_horizon());
         let body = item.body.as_slice();
         let content_type = item.content_type.as_deref();
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
@@ -121,6 +122,7 @@ impl PgStore {
             &content_type,
             &names,
             &values,
+            &horizon,
         ];
         let sql = match &forced {
             None => ENQUEUE,
@@ -355,7 +357,11 @@ impl Inbox for PgStore {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
         const CONTEXT: &str = "counting inbox items";
-        let rows = self.inbox_query(STATS, &[], CONTEXT).await?;
+        let mut client = self.db().client().await?;
+        let rows = crate::db::reporting(&mut client, &[(STATS, &[])])
+            .await
+            .map_err(PgError::db(CONTEXT))?
+            .remove(0);
         Ok(rows
             .iter()
             .map(|r| row::inbox_stats_of(r, CONTEXT))

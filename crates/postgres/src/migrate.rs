@@ -62,10 +62,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "boot leases",
         sql: include_str!("../sql/migrations/0008_boot_leases.sql"),
     },
+    Migration {
+        version: 9,
+        name: "plan-proof hot path, late-duplicate horizon",
+        sql: include_str!("../sql/migrations/0009_plan_proof.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -421,11 +421,14 @@ impl HistoryQuery for PgStore {
     #[tracing::instrument(level = "debug", skip_all, fields(period = ?period))]
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
         const CONTEXT: &str = "reading history";
-        let client = self.inner.db.client().await?;
-        let rows = client
-            .query(include_str!("../sql/observe.sql"), &[&millis(period)])
-            .await
-            .map_err(PgError::db(CONTEXT))?;
+        let mut client = self.inner.db.client().await?;
+        let rows = crate::db::reporting(
+            &mut client,
+            &[(include_str!("../sql/observe.sql"), &[&millis(period)])],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?
+        .remove(0);
         let mut tally = Tally::default();
         for row in &rows {
             let source: &str = row::get(row, "source", CONTEXT)?;
@@ -495,12 +498,18 @@ impl Stats for PgStore {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn stats(&self) -> Result<StoreStats, StoreError> {
         const CONTEXT: &str = "counting records";
-        let client = self.inner.db.client().await?;
-        let (sources, totals) = tokio::try_join!(
-            client.query(STATS_SOURCES, &[]),
-            client.query_one(STATS_TOTALS, &[])
-        )
-        .map_err(PgError::db(CONTEXT))?;
+        let mut client = self.inner.db.client().await?;
+        let mut rows =
+            crate::db::reporting(&mut client, &[(STATS_SOURCES, &[]), (STATS_TOTALS, &[])])
+                .await
+                .map_err(PgError::db(CONTEXT))?;
+        let (totals, sources) = (
+            rows.pop().unwrap_or_default(),
+            rows.pop().unwrap_or_default(),
+        );
+        let totals = totals
+            .first()
+            .ok_or_else(|| row::unexpected(CONTEXT, "no totals row"))?;
         let per_source = sources
             .iter()
             .map(|row| row::source_stats_of(row, CONTEXT))
@@ -510,8 +519,8 @@ impl Stats for PgStore {
             expired: per_source.iter().map(|s| s.expired).sum(),
             oldest: per_source.iter().filter_map(|s| s.oldest).min(),
             per_source,
-            size_bytes: Some(count(row::get(&totals, "size_bytes", CONTEXT)?)),
-            history_rows: count(row::get(&totals, "history_rows", CONTEXT)?),
+            size_bytes: Some(count(row::get(totals, "size_bytes", CONTEXT)?)),
+            history_rows: count(row::get(totals, "history_rows", CONTEXT)?),
         })
     }
 }
