@@ -1,7 +1,8 @@
 -- One source's history rows counted per outcome in $3 buckets $2 ms wide, the last bucket
 -- holding the server's now(), buckets aligned to multiples of the width since the epoch: the
--- dashboard's deliveries over time. An index-only scan of history_by_source_time; partitions
--- older than the window are pruned when the statement runs.
+-- dashboard's deliveries over time. An index-only scan of history_reporting (whose predicate,
+-- outcome <> '', is stated here: no other statement may use it); partitions older than the
+-- window are pruned when the statement runs.
 --   $1 source, $2 bucket width (ms), $3 number of buckets.
 WITH w AS (
     SELECT epoch_ms(now()) AS now_ms,
@@ -16,5 +17,6 @@ SELECT w.now_ms, c.bucket, c.outcome, c.n
         FROM history h
        WHERE h.source = $1
          AND h.received_at >= to_timestamp(w.start_ms / 1000.0)
+         AND h.outcome <> ''
        GROUP BY 1, 2
   ) c ON true

@@ -406,10 +406,10 @@ impl HistoryQuery for PgStore {
     async fn has_source(&self, source: &SourceName) -> Result<bool, StoreError> {
         const CONTEXT: &str = "looking for a source";
         let client = self.inner.db.client().await?;
-        // Both probes are index prefix scans: history_key and the dedup primary key.
+        // Both probes are index prefix scans (history's indexes and the dedup primary key).
         let row = client
             .query_one(
-                "SELECT EXISTS (SELECT 1 FROM history WHERE source = $1) \
+                "SELECT EXISTS (SELECT 1 FROM history WHERE source = $1 AND outcome <> '') \
                      OR EXISTS (SELECT 1 FROM dedup WHERE source = $1) AS known",
                 &[&source.as_str()],
             )
