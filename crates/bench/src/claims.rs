@@ -28,6 +28,14 @@ pub struct Args {
     /// Concurrent callers, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     callers: Vec<usize>,
+    /// Also measure idemgate-postgres (batched) on a store whose history spans this many
+    /// monthly partitions (the default 400-day retention keeps 14), pre-filled with
+    /// `--history-rows` rows spread over them, beside the fresh store. 0: not measured.
+    #[arg(long, default_value_t = 0)]
+    history_partitions: usize,
+    /// Rows pre-filled into that store's history.
+    #[arg(long, default_value_t = 3_000_000)]
+    history_rows: u64,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -36,6 +44,7 @@ pub struct Args {
 const SQLITE: &str = "idemgate-sqlite";
 const PG_BATCHED: &str = "idemgate-postgres batched";
 const PG_PARTITIONED: &str = "idemgate-postgres partitioned";
+const PG_LONG_HISTORY: &str = "idemgate-postgres batched, long history";
 const PLAIN: &str = "plain statement";
 const PLAIN_HISTORY: &str = "plain statement + history row";
 const PLAIN_STORE_TABLES: &str = "plain statement + history row, the store's tables";
@@ -73,6 +82,8 @@ const PLAIN_STORE_INSERT: &str = "WITH ins AS (\
                           fingerprint) \
      SELECT ins.source, ins.event_id, 'claimed', ins.state = 'done', 1, now(), NULL, \
             ins.fingerprint FROM ins RETURNING event_id";
+/// Target: claims on a store with a long history within this share of a fresh store's.
+const LONG_HISTORY_TARGET: f64 = 0.10;
 /// Target: one caller's idemgate-postgres claim within this many times the plain statement +
 /// history row's time.
 const ONE_CALLER_TARGET: f64 = 1.3;
@@ -166,6 +177,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         batched: format!("bench_batched_{tag}"),
         partitioned: format!("bench_partitioned_{tag}"),
         ceiling: format!("bench_ceiling_{tag}"),
+        history: format!("bench_history_{tag}"),
     };
     // One transaction: a failure leaves neither schema behind.
     admin
@@ -191,6 +203,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &schemas.batched,
         &schemas.partitioned,
         &schemas.ceiling,
+        &schemas.history,
     ] {
         crate::pg::drop_schema(&admin, schema).await?;
     }
@@ -243,6 +256,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &table_rows
         )
     );
+    if args.history_partitions > 0 {
+        for &callers in &args.callers {
+            let kept = rate(PG_LONG_HISTORY, callers) / rate(PG_BATCHED, callers);
+            println!(
+                "\n{callers} callers: with history in {} monthly partitions holding {} rows, \
+                 {:.0} claims/s, {:.1}% of the fresh store's {:.0} (target within {:.0}%: {})",
+                args.history_partitions,
+                args.history_rows,
+                rate(PG_LONG_HISTORY, callers),
+                kept * 100.0,
+                rate(PG_BATCHED, callers),
+                LONG_HISTORY_TARGET * 100.0,
+                if kept >= 1.0 - LONG_HISTORY_TARGET {
+                    "met"
+                } else {
+                    "missed"
+                }
+            );
+        }
+    }
     if args.callers.contains(&1) {
         // Time per claim, one caller: the inverse of the rate.
         let verdict = |ratio: f64| {
@@ -294,6 +327,8 @@ struct Schemas {
     batched: String,
     partitioned: String,
     ceiling: String,
+    /// The store whose history is pre-filled (`--history-partitions`).
+    history: String,
 }
 
 async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Result<Vec<Measured>> {
@@ -319,10 +354,31 @@ async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Resu
         idemgate_postgres::Expiry::partitioned(),
     )
     .await?;
+    let long_history = if args.history_partitions > 0 {
+        let store = pg(&schemas.history, idemgate_postgres::Expiry::batched()).await?;
+        say(format!(
+            "(pre-filling {} history rows over {} monthly partitions)",
+            args.history_rows, args.history_partitions
+        ));
+        prefill_history(
+            &args.postgres.url,
+            &schemas.history,
+            args.history_partitions,
+            args.history_rows,
+        )
+        .await?;
+        Some(store)
+    } else {
+        None
+    };
     let url = &args.postgres.url;
     let mut out = Vec::new();
     for (run, &callers) in args.callers.iter().enumerate() {
-        for engine in ENGINES {
+        for engine in ENGINES
+            .iter()
+            .copied()
+            .chain(long_history.as_ref().map(|_| PG_LONG_HISTORY))
+        {
             say(format!("{engine} at {callers} callers"));
             let (connections, (per_sec, latency)) = match engine {
                 SQLITE => (
@@ -337,6 +393,13 @@ async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Resu
                     Some(pg_pool),
                     timed(callers, secs, claim_op(pg_partitioned.clone(), run)).await?,
                 ),
+                PG_LONG_HISTORY => {
+                    let store = long_history.clone().context("no long-history store")?;
+                    (
+                        Some(pg_pool),
+                        timed(callers, secs, claim_op(store, run)).await?,
+                    )
+                }
                 PLAIN | PLAIN_HISTORY | PLAIN_STORE_TABLES => {
                     let (schema, sql, tag) = match engine {
                         PLAIN => (&schemas.plain, PLAIN_INSERT, "p"),
@@ -362,6 +425,51 @@ async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Resu
         }
     }
     Ok(out)
+}
+
+/// Gives the store in `schema` a history of `partitions` monthly partitions, the current month
+/// and those before it (those after it, made ahead by the store, count too), holding `rows` rows
+/// of events no claim of the scenario uses, spread evenly over that span: the history a store
+/// that has run for a year or so keeps. Not analyzed afterwards, as nobody would.
+async fn prefill_history(
+    url: &str,
+    schema: &str,
+    partitions: usize,
+    rows: u64,
+) -> anyhow::Result<()> {
+    let admin = admin(url).await?;
+    let have: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM pg_partition_tree('{schema}.history') WHERE isleaf"),
+            &[],
+        )
+        .await?
+        .get(0);
+    let back = (partitions as i64 - have).max(0);
+    admin
+        .batch_execute(&format!(
+            "SET search_path = {schema};
+             DO $$
+             DECLARE v_month timestamp := date_trunc('month', now() AT TIME ZONE 'UTC');
+             BEGIN
+                 FOR i IN 1..{back} LOOP
+                     v_month := v_month - interval '1 month';
+                     EXECUTE format('CREATE TABLE %I PARTITION OF history FOR VALUES FROM (%L) TO (%L)',
+                                    'history_' || to_char(v_month, '\"y\"YYYY\"m\"MM'),
+                                    v_month AT TIME ZONE 'UTC',
+                                    (v_month + interval '1 month') AT TIME ZONE 'UTC');
+                 END LOOP;
+             END $$;
+             INSERT INTO history (source, event_id, outcome, processed, attempt, received_at)
+             SELECT 'bench', 'prefilled-' || i, 'completed', true, 1,
+                    b.lo + (now() - b.lo) * (i::float8 / {rows})
+               FROM (SELECT (date_trunc('month', now() AT TIME ZONE 'UTC')
+                             - {back} * interval '1 month') AT TIME ZONE 'UTC' AS lo) b,
+                    generate_series(1, {rows}::bigint) AS i;",
+        ))
+        .await
+        .with_context(|| format!("cannot pre-fill the history of {schema}"))?;
+    Ok(())
 }
 
 /// A plain statement (`sql`: [`PLAIN_INSERT`], [`PLAIN_HISTORY_INSERT`] or

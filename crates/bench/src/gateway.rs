@@ -17,6 +17,13 @@
 //!   skips it on purpose. Both idemgate rows are compared with this one PostgreSQL receiver:
 //!   the tutorials have no SQLite form.
 //!
+//! PostgreSQL runs as a new user's does: a fresh schema, the server's own settings (printed:
+//! autovacuum, `plan_cache_mode`), and no maintenance the user would not do. `--maintenance
+//! auto|always` runs an `ANALYZE` of the gateway's tables after the warm-up, standing in for
+//! autovacuum; it is not the default. `--rounds N` sends N rounds of new events, one after
+//! another, to one receiver whose tables grow: req/s and p99 per round, and whether the last
+//! round holds the first one's speed.
+//!
 //! Printed: the table, whether each target is met, and `gateway.svg` in `--out` (req/s and p99
 //! per receiver, side by side).
 
@@ -65,9 +72,19 @@ pub struct Args {
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// Deliveries to send to each receiver.
+    /// Deliveries to send to each receiver (per round).
     #[arg(long, default_value_t = 20_000)]
     requests: usize,
+    /// Rounds of `--requests` deliveries each, one after another on one receiver, each of new
+    /// events (so the tables grow from round to round): req/s and p99 per round, and whether
+    /// the last round holds the first one's speed.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Whether the scenario stands in for autovacuum: ANALYZE of the gateway's PostgreSQL
+    /// tables after the warm-up (`auto`: when the server's autovacuum is off). The default is
+    /// what a new store gets from a server with autovacuum off: no maintenance at all.
+    #[arg(long, value_enum, default_value = "never")]
+    maintenance: crate::pg::Maintenance,
     /// Share of deliveries that repeat an earlier event.
     #[arg(long, default_value_t = 0.1)]
     duplicates: f64,
@@ -162,7 +179,21 @@ struct Run {
     forwarded: Forwarded,
     /// Claim+complete per second of a fresh store of the same kind (idemgate rows).
     raw: Option<f64>,
+    /// Each round's req/s and latencies, in order.
+    rounds: Vec<Round>,
 }
+
+/// One round of `--requests` deliveries.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    rps: f64,
+    latency: Latency,
+}
+
+/// Targets for `--rounds`: the last round within this share of the first one's req/s, and its
+/// p99 within this many times the first one's.
+const ROUNDS_RPS: f64 = 0.15;
+const ROUNDS_P99: f64 = 1.5;
 
 impl Run {
     fn peak_rss_mib(&self) -> f64 {
@@ -173,6 +204,7 @@ impl Run {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.connections > 0, "--connections must be at least 1");
     anyhow::ensure!(args.requests > 0, "--requests must be at least 1");
+    anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
     anyhow::ensure!(
         (0.0..1.0).contains(&args.duplicates),
         "--duplicates must be a share from 0 up to (not including) 1, not {}",
@@ -193,7 +225,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         StoreArg::Postgres => &[Store::Postgres],
         StoreArg::Both => &[Store::Sqlite, Store::Postgres],
     };
-    let events = distinct_events(&deliveries(args.requests, args.duplicates)?);
+    // Each round's events are its own: the rounds' distinct events add up.
+    let events = args.rounds * distinct_events(&deliveries(args.requests, args.duplicates)?);
+    let server = if stores.contains(&Store::Postgres) || args.tutorial == Tutorial::On {
+        Some(server_settings(&args).await?)
+    } else {
+        None
+    };
     let mut runs = Vec::new();
     for &store in stores {
         eprintln!(
@@ -239,10 +277,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "\nSigned Stripe deliveries, {} connections, {} requests ({:.0}% repeats, {events} distinct events) to each receiver after {} of warm-up, forwarded to a downstream answering at once:\n",
         args.connections,
-        args.requests,
+        args.requests * args.rounds,
         args.duplicates * 100.0,
         args.warmup
     );
+    if let Some(server) = &server {
+        println!("{server}\n");
+    }
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -308,6 +349,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.connections
         );
     }
+    if args.rounds > 1 {
+        print_rounds(&runs, args.requests);
+    }
     for line in verdicts(&runs, events) {
         println!("{line}");
     }
@@ -365,6 +409,31 @@ fn verdicts(runs: &[Run], events: usize) -> Vec<String> {
         ));
     }
     for r in runs {
+        if let (Some(first), Some(last)) = (r.rounds.first(), r.rounds.last())
+            && r.rounds.len() > 1
+        {
+            let kept = last.rps / first.rps;
+            out.push(format!(
+                "{}: last of {} rounds {:.0} req/s, {:.0}% of the first's {:.0}; target within {:.0}%: {}",
+                r.receiver.label(),
+                r.rounds.len(),
+                last.rps,
+                kept * 100.0,
+                first.rps,
+                ROUNDS_RPS * 100.0,
+                mark(kept >= 1.0 - ROUNDS_RPS)
+            ));
+            let grew = last.latency.p99.as_secs_f64() / first.latency.p99.as_secs_f64().max(1e-9);
+            out.push(format!(
+                "{}: last round's p99 {} ms, {grew:.2}x the first's {} ms; target within {ROUNDS_P99}x: {}",
+                r.receiver.label(),
+                ms(last.latency.p99),
+                ms(first.latency.p99),
+                mark(grew <= ROUNDS_P99)
+            ));
+        }
+    }
+    for r in runs {
         out.push(format!(
             "{}: every event forwarded exactly once ({}): {}",
             r.receiver.label(),
@@ -373,6 +442,71 @@ fn verdicts(runs: &[Run], events: usize) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Each receiver's rounds, one row each: how the rate and latencies moved as its tables grew.
+fn print_rounds(runs: &[Run], per_round: usize) {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .flat_map(|r| {
+            r.rounds.iter().enumerate().map(move |(i, round)| {
+                vec![
+                    r.receiver.short(),
+                    format!("{}", i + 1),
+                    format!("{}", (i + 1) * per_round),
+                    format!("{:.0}", round.rps),
+                    ms(round.latency.p50),
+                    ms(round.latency.p99),
+                    ms(round.latency.max),
+                ]
+            })
+        })
+        .collect();
+    println!("\nPer round, on one receiver whose tables grow ({per_round} deliveries a round):\n");
+    print!(
+        "{}",
+        table(
+            &[
+                "receiver",
+                "round",
+                "deliveries so far",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "max ms"
+            ],
+            &rows
+        )
+    );
+    println!();
+}
+
+/// What the PostgreSQL server runs with, and what the scenario does for it, in one line.
+async fn server_settings(args: &Args) -> anyhow::Result<String> {
+    let admin = crate::pg::admin(&args.postgres.url).await?;
+    let show = |name: &'static str| {
+        let admin = &admin;
+        async move {
+            admin
+                .query_one(&format!("SHOW {name}"), &[])
+                .await
+                .map(|row| row.get::<_, String>(0))
+                .with_context(|| format!("SHOW {name}"))
+        }
+    };
+    let version = show("server_version").await?;
+    let autovacuum = show("autovacuum").await?;
+    let plan_cache = show("plan_cache_mode").await?;
+    let (_, stand_in) = args.maintenance.resolve(&admin).await?;
+    Ok(format!(
+        "PostgreSQL {version} with its own settings: autovacuum {autovacuum}, plan_cache_mode {plan_cache} \
+         (idemgate's sessions ask for force_generic_plan). Each run starts on a fresh schema; {}.",
+        if stand_in {
+            "the scenario ran ANALYZE of the gateway's tables after the warm-up (--maintenance)"
+        } else {
+            "no maintenance: nothing analyzed, vacuumed or re-planned for it"
+        }
+    ))
 }
 
 /// req/s and p99 per receiver, one chart above the other, in one document.
@@ -729,6 +863,20 @@ pub(crate) fn deliveries(
     n: usize,
     duplicates: f64,
 ) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
+    deliveries_of(0, n, duplicates)
+}
+
+/// [`deliveries`] of round `round` (from 0): the same pattern, of events no other round has.
+fn deliveries_of(
+    round: usize,
+    n: usize,
+    duplicates: f64,
+) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
+    let prefix = if round == 0 {
+        "evt_gw_".to_owned()
+    } else {
+        format!("evt_gw{round}_")
+    };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rand = move || {
         seed ^= seed << 13;
@@ -738,9 +886,9 @@ pub(crate) fn deliveries(
     };
     signed((0..n).map(|i| {
         if i > 1000 && (rand() % 10_000) as f64 / 10_000.0 < duplicates {
-            format!("evt_gw_{}", rand() as usize % (i - 1000))
+            format!("{prefix}{}", rand() as usize % (i - 1000))
         } else {
-            format!("evt_gw_{i}")
+            format!("{prefix}{i}")
         }
     }))
 }
@@ -772,7 +920,8 @@ async fn load(
     listen: SocketAddr,
     counter: &Counter,
     args: &Args,
-) -> anyhow::Result<(f64, Latency, BTreeMap<String, usize>)> {
+    after_warmup: impl AsyncFnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<Sent> {
     if args.warmup > 0 {
         let warmup = signed((0..args.warmup).map(|i| format!("evt_warmup_{i}")))?;
         post_all(listen, warmup, args.connections)
@@ -781,23 +930,53 @@ async fn load(
         // Every warm-up delivery was answered, so its forward is over.
         counter.clear();
     }
-    let requests = deliveries(args.requests, args.duplicates)?;
-    let started = Instant::now();
-    let answers = post_all(listen, requests, args.connections)
-        .await
-        .with_context(|| format!("sending to {}", receiver.label()))?;
-    let elapsed = started.elapsed();
-    let mut latencies = Vec::with_capacity(answers.len());
+    after_warmup().await?;
+    let mut all = Vec::with_capacity(args.requests * args.rounds);
     let mut outcomes = BTreeMap::new();
-    for (latency, outcome) in answers {
-        latencies.push(latency);
-        *outcomes.entry(outcome).or_default() += 1;
+    let mut rounds = Vec::with_capacity(args.rounds);
+    let mut elapsed = Duration::ZERO;
+    for round in 0..args.rounds {
+        let requests = deliveries_of(round, args.requests, args.duplicates)?;
+        let started = Instant::now();
+        let answers = post_all(listen, requests, args.connections)
+            .await
+            .with_context(|| format!("sending round {} to {}", round + 1, receiver.label()))?;
+        let took = started.elapsed();
+        elapsed += took;
+        let mut latencies = Vec::with_capacity(answers.len());
+        for (latency, outcome) in answers {
+            latencies.push(latency);
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+        all.extend_from_slice(&latencies);
+        rounds.push(Round {
+            rps: args.requests as f64 / took.as_secs_f64(),
+            latency: Latency::of(&mut latencies),
+        });
+        if args.rounds > 1 {
+            eprintln!(
+                "gateway: {} round {}: {:.0} req/s, p99 {} ms",
+                receiver.short(),
+                round + 1,
+                rounds[round].rps,
+                ms(rounds[round].latency.p99)
+            );
+        }
     }
-    Ok((
-        args.requests as f64 / elapsed.as_secs_f64(),
-        Latency::of(&mut latencies),
-        outcomes,
-    ))
+    Ok(Sent {
+        rps: (args.requests * args.rounds) as f64 / elapsed.as_secs_f64(),
+        latency: Latency::of(&mut all),
+        answers: outcomes,
+        rounds,
+    })
+}
+
+/// What a receiver was sent, and how it answered: over all rounds, and per round.
+struct Sent {
+    rps: f64,
+    latency: Latency,
+    answers: BTreeMap<String, usize>,
+    rounds: Vec<Round>,
 }
 
 async fn gateway(store: Store, bin: &Path, args: &Args) -> anyhow::Result<Run> {
@@ -823,23 +1002,41 @@ async fn gateway(store: Store, bin: &Path, args: &Args) -> anyhow::Result<Run> {
     let mut child = serve(bin, &config_path, listen).await?;
     let pid = child.id().context("the gateway exited at once")?;
     let receiver = Receiver::Idemgate(store);
-    let sent = load(receiver, listen, &counter, args).await;
+    let analyze = async || {
+        if store != Store::Postgres {
+            return Ok(());
+        }
+        let admin = crate::pg::admin(&args.postgres.url).await?;
+        let (_, stand_in) = args.maintenance.resolve(&admin).await?;
+        if stand_in {
+            eprintln!("gateway: ANALYZE of the gateway's tables (--maintenance)");
+            admin
+                .batch_execute(&format!(
+                    "ANALYZE {pg_schema}.dedup; ANALYZE {pg_schema}.history"
+                ))
+                .await
+                .context("ANALYZE of the gateway's tables")?;
+        }
+        Ok(())
+    };
+    let sent = load(receiver, listen, &counter, args, analyze).await;
     let peak_rss_kib = peak_rss_kib(pid);
     child.start_kill()?;
     let _ = child.wait().await;
     if store == Store::Postgres {
         drop_schema(&args.postgres.url, &pg_schema).await?;
     }
-    let (rps, latency, answers) = sent?;
+    let sent = sent?;
     Ok(Run {
         receiver,
-        rps,
-        latency,
+        rps: sent.rps,
+        latency: sent.latency,
         peak_rss_kib,
         processes: 1,
-        answers,
+        answers: sent.answers,
         forwarded: counter.summary(),
         raw: None,
+        rounds: sent.rounds,
     })
 }
 
@@ -929,7 +1126,7 @@ async fn tutorial_in(dir: &Path, schema: &str, args: &Args) -> anyhow::Result<Ru
             )
         })??;
     let receiver = Receiver::Tutorial;
-    let sent = load(receiver, listen, &counter, args).await;
+    let sent = load(receiver, listen, &counter, args, async || Ok(())).await;
     let (peak_rss_kib, processes) = tree_peak_rss_kib(pid);
     // End of input: the primary stops its workers and exits.
     drop(child.stdin.take());
@@ -940,16 +1137,17 @@ async fn tutorial_in(dir: &Path, schema: &str, args: &Args) -> anyhow::Result<Ru
         child.start_kill()?;
         let _ = child.wait().await;
     }
-    let (rps, latency, answers) = sent?;
+    let sent = sent?;
     Ok(Run {
         receiver,
-        rps,
-        latency,
+        rps: sent.rps,
+        latency: sent.latency,
         peak_rss_kib,
         processes,
-        answers,
+        answers: sent.answers,
         forwarded: counter.summary(),
         raw: None,
+        rounds: sent.rounds,
     })
 }
 
@@ -1144,6 +1342,14 @@ mod tests {
         let repeats = 5_000 - events;
         assert!((300..=500).contains(&repeats), "{repeats} repeats");
         assert_eq!(distinct_events(&deliveries(2_000, 0.0).unwrap()), 2_000);
+        let mut two_rounds = deliveries_of(0, 2_000, 0.1).unwrap();
+        let first = distinct_events(&two_rounds);
+        two_rounds.extend(deliveries_of(1, 2_000, 0.1).unwrap());
+        assert_eq!(
+            distinct_events(&two_rounds),
+            2 * first,
+            "rounds share no event"
+        );
         assert_eq!(
             event_id(br#"{"object":"event","id":"evt_9"}"#).as_deref(),
             Some("evt_9")
