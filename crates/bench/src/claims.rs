@@ -374,11 +374,12 @@ async fn measure(args: &Args, secs: Duration, schemas: &Schemas) -> anyhow::Resu
     let url = &args.postgres.url;
     let mut out = Vec::new();
     for (run, &callers) in args.callers.iter().enumerate() {
-        for engine in ENGINES
-            .iter()
-            .copied()
-            .chain(long_history.as_ref().map(|_| PG_LONG_HISTORY))
-        {
+        // The long-history store right after the fresh one it is compared with.
+        let engines = ENGINES.iter().copied().flat_map(|e| {
+            let next = (e == PG_BATCHED && long_history.is_some()).then_some(PG_LONG_HISTORY);
+            std::iter::once(e).chain(next)
+        });
+        for engine in engines {
             say(format!("{engine} at {callers} callers"));
             let (connections, (per_sec, latency)) = match engine {
                 SQLITE => (
