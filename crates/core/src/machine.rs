@@ -418,3 +418,8 @@ pub fn nonce() -> u64 {
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.finish().max(1)
 }
+
+/// A fresh random store id (32 hex digits), for stores whose id is not made by their database.
+pub fn random_store_id() -> String {
+    format!("{:016x}{:016x}", nonce(), nonce())
+}

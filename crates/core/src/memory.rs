@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::advise::{Observation, Tally};
 use crate::store::{
     Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, SourceStats, Stats,
-    StoreError, StoreStats, Sweep, Timeline, TimelineCounts, random_store_id,
+    StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 use crate::time::{Clock, SteadyClock, Timestamp};
 
@@ -64,7 +64,7 @@ impl MemoryStore {
         Self {
             inner: Arc::default(),
             clock,
-            id: random_store_id().into(),
+            id: machine::random_store_id().into(),
         }
     }
 

@@ -208,15 +208,6 @@ pub trait Instances: Send + Sync {
     fn end_boot(&self, holder: &Holder) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A fresh random store id (32 hex digits), for stores whose id is not made by their database.
-pub fn random_store_id() -> String {
-    format!(
-        "{:016x}{:016x}",
-        crate::machine::nonce(),
-        crate::machine::nonce()
-    )
-}
-
 /// Asking history: what the TTL advisor reads.
 pub trait HistoryQuery: Send + Sync {
     /// Every source's deliveries, gaps and late duplicates over the last `period` (by the store's

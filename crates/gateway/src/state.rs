@@ -104,7 +104,7 @@ pub struct Inner {
     pub store: AnyStore,
     pub metrics: Arc<Metrics>,
     /// `api_tokens`, each kept as its SHA-256 and its scopes.
-    api_tokens: Vec<(Digest, Vec<config::Scope>)>,
+    api_tokens: Vec<(config::token::Digest, Vec<config::Scope>)>,
     pub(crate) limits: Limits,
     /// `/openapi.json`, with the configured source names.
     pub(crate) openapi: String,
@@ -237,7 +237,7 @@ impl AppState {
             api_tokens: config
                 .api_tokens
                 .iter()
-                .map(|t| (digest(&t.token), t.scopes.clone()))
+                .map(|t| (config::token::digest(&t.token), t.scopes.clone()))
                 .collect(),
             limits: config.limits.clone(),
             openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
@@ -317,10 +317,10 @@ impl AppState {
     /// constant time and every one of them, so neither the time taken nor an early return on a
     /// length tells anything of the tokens.
     fn api_token_scopes(&self, presented: &str) -> Option<&[config::Scope]> {
-        let presented = digest(presented);
+        let presented = config::token::digest(presented);
         let mut found = None;
         for (token, scopes) in &self.api_tokens {
-            if digests_equal(token, &presented) {
+            if config::token::digests_equal(token, &presented) {
                 found = Some(scopes.as_slice());
             }
         }
@@ -537,20 +537,6 @@ fn observe_claim(
         );
     }
     tracing::debug!(source = %source, outcome = outcome.name(), "claim");
-}
-
-/// A token's SHA-256: what tokens are compared by (a fixed length, whatever was presented).
-pub(crate) type Digest = [u8; 32];
-
-pub(crate) fn digest(token: &str) -> Digest {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(token.as_bytes()).into()
-}
-
-/// Two digests compared in constant time (`subtle`).
-pub(crate) fn digests_equal(a: &Digest, b: &Digest) -> bool {
-    use subtle::ConstantTimeEq;
-    a.ct_eq(b).into()
 }
 
 /// The clients built so far: one for plain `http://`, one per distinct TLS settings.

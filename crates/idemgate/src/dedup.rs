@@ -227,7 +227,7 @@ impl Dedup {
                     "the store did not answer a claim within {}",
                     idemgate_core::Human(wait)
                 ),
-                NoAnswer,
+                crate::health::NoAnswer,
             )),
         };
         self.inner.health.note(&result);
@@ -373,11 +373,6 @@ pub struct DedupBuilder {
     observer: Option<Box<ClaimObserver>>,
     claim_wait: Duration,
 }
-
-/// The store gave no answer in time.
-#[derive(Debug, thiserror::Error)]
-#[error("no answer in time (the store is slow or out of reach)")]
-pub struct NoAnswer;
 
 impl std::fmt::Debug for DedupBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

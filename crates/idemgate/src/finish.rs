@@ -122,7 +122,7 @@ impl Finisher {
             .unwrap_or_else(|_| {
                 Err(StoreError::backend(
                     format!("no answer within {}", idemgate_core::Human(wait)),
-                    crate::dedup::NoAnswer,
+                    crate::health::NoAnswer,
                 ))
             });
         match tried {

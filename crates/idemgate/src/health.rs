@@ -106,6 +106,11 @@ impl WriteHealth {
     }
 }
 
+/// The store gave no answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer in time (the store is slow or out of reach)")]
+pub struct NoAnswer;
+
 #[cfg(test)]
 mod tests {
     use super::*;

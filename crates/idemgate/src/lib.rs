@@ -55,11 +55,11 @@ mod finish;
 
 pub use crate::config::{StoreConfig, StoreConfigError, StoreKind};
 pub use crate::dedup::{
-    CLAIM_WAIT, ClaimObserver, Claimed, Dedup, DedupBuilder, FAILING_CLAIM_WAIT, NoAnswer, Once,
-    ProcessError,
+    CLAIM_WAIT, ClaimObserver, Claimed, Dedup, DedupBuilder, FAILING_CLAIM_WAIT, Once, ProcessError,
 };
 pub use crate::error::ErrorChain;
 pub use crate::finish::{Finish, Finisher};
+pub use crate::health::NoAnswer;
 pub use crate::health::WriteHealth;
 pub use crate::layer::IdempotencyLayer;
 pub use crate::store::{AnyStore, Engine, Migrated, OpenError, migrate};

@@ -63,13 +63,18 @@ fn take_plans() -> Vec<String> {
         .collect()
 }
 
-/// A store whose sessions report every plan they run.
-async fn explained_store(expiry: Expiry) -> Option<(PgStore, common::SchemaGuard)> {
+/// A store whose sessions report every plan they run; with `analyze`, with the rows each plan
+/// node produced (a node a partition pruned at run time shows as never executed).
+async fn explained_store(expiry: Expiry, analyze: bool) -> Option<(PgStore, common::SchemaGuard)> {
     let (mut cfg, guard) = common::config(expiry);
-    let explain = "-c session_preload_libraries=auto_explain \
-                   -c auto_explain.log_min_duration=0 \
-                   -c auto_explain.log_nested_statements=on \
-                   -c auto_explain.log_level=notice -c client_min_messages=notice";
+    let mut explain = "-c session_preload_libraries=auto_explain \
+                       -c auto_explain.log_min_duration=0 \
+                       -c auto_explain.log_nested_statements=on \
+                       -c auto_explain.log_level=notice -c client_min_messages=notice"
+        .to_owned();
+    if analyze {
+        explain.push_str(" -c auto_explain.log_analyze=on -c auto_explain.log_timing=off");
+    }
     let sep = if cfg.url.contains('?') { '&' } else { '?' };
     cfg.url = format!(
         "{}{sep}options={}",
@@ -422,7 +427,7 @@ async fn every_state(expiry: Expiry) {
     let _serial = SERIAL.lock().await;
 
     // (a) a new store, never analyzed.
-    let Some((store, guard)) = explained_store(expiry).await else {
+    let Some((store, guard)) = explained_store(expiry, false).await else {
         return;
     };
     take_plans();
@@ -432,7 +437,7 @@ async fn every_state(expiry: Expiry) {
     drop(guard);
 
     // (b) analyzed with a handful of rows, planned then, grown to 100 k rows.
-    let Some((store, guard)) = explained_store(expiry).await else {
+    let Some((store, guard)) = explained_store(expiry, false).await else {
         return;
     };
     grow(&guard.schema, "few", 5).await;
@@ -449,7 +454,7 @@ async fn every_state(expiry: Expiry) {
     drop(guard);
 
     // (c) 100 k rows, analyzed.
-    let Some((store, guard)) = explained_store(expiry).await else {
+    let Some((store, guard)) = explained_store(expiry, false).await else {
         return;
     };
     grow(&guard.schema, "many", 100_000).await;
@@ -478,19 +483,7 @@ async fn the_hot_path_plans_to_index_lookups_partitioned() {
 async fn the_late_duplicate_probe_reads_only_the_partitions_within_its_horizon() {
     listen();
     let _serial = SERIAL.lock().await;
-    let (mut cfg, guard) = common::config(Expiry::batched());
-    let explain = "-c session_preload_libraries=auto_explain \
-                   -c auto_explain.log_min_duration=0 \
-                   -c auto_explain.log_nested_statements=on \
-                   -c auto_explain.log_analyze=on -c auto_explain.log_timing=off \
-                   -c auto_explain.log_level=notice -c client_min_messages=notice";
-    let sep = if cfg.url.contains('?') { '&' } else { '?' };
-    cfg.url = format!(
-        "{}{sep}options={}",
-        cfg.url,
-        explain.replace(' ', "%20").replace('=', "%3D")
-    );
-    let Some(store) = common::connect(cfg).await else {
+    let Some((store, guard)) = explained_store(Expiry::batched(), true).await else {
         return;
     };
     common::raw(&guard.schema)

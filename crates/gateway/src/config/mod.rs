@@ -18,7 +18,7 @@ use serde::Deserialize;
 mod asym;
 mod report;
 mod tls;
-mod token;
+pub(crate) mod token;
 
 pub use tls::SourceTls;
 pub use token::{ApiToken, Scope};

@@ -94,6 +94,20 @@ impl<'de> Deserialize<'de> for ApiToken {
     }
 }
 
+/// A token's SHA-256: what tokens are compared by (a fixed length, whatever was presented).
+pub(crate) type Digest = [u8; 32];
+
+pub(crate) fn digest(token: &str) -> Digest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Two digests compared in constant time (`subtle`).
+pub(crate) fn digests_equal(a: &Digest, b: &Digest) -> bool {
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,9 +20,9 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::config::Scope;
+use crate::config::token::{digest, digests_equal};
 use crate::error::Problem;
 use crate::outcome::Outcome;
-use crate::state::{digest, digests_equal};
 
 /// The cookie `?token=` sets.
 pub(crate) const COOKIE: &str = "idemgate_dashboard";

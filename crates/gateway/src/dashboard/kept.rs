@@ -21,7 +21,7 @@ const SWEEPS_KEPT: usize = 10;
 #[derive(Debug)]
 pub(crate) struct Dashboard {
     /// `dashboard_token`: with it, any peer presenting it may open the dashboard.
-    pub(super) token: Option<crate::state::Digest>,
+    pub(super) token: Option<crate::config::token::Digest>,
     /// `store.sweep_interval`: a sweeper silent for much longer is a warning.
     pub(super) sweep_interval: Duration,
     /// The last runs of the background sweeper, newest first.
@@ -49,7 +49,10 @@ pub(crate) struct Dashboard {
 impl Dashboard {
     pub(crate) fn new(config: &Config) -> Self {
         Self {
-            token: config.dashboard_token.as_deref().map(crate::state::digest),
+            token: config
+                .dashboard_token
+                .as_deref()
+                .map(crate::config::token::digest),
             sweep_interval: config.store.sweep_interval,
             sweeps: Mutex::default(),
             advice: Mutex::default(),

@@ -161,7 +161,7 @@ impl RedisStore {
         let key = keys.store_id();
         redis::cmd("SET")
             .arg(&key)
-            .arg(idemgate_core::store::random_store_id())
+            .arg(idemgate_core::machine::random_store_id())
             .arg("NX")
             .query_async::<Value>(&mut conn)
             .await
