@@ -4,6 +4,20 @@
 //! the sender's retry is processed: the same rule as the gateway's forward mode. Which statuses
 //! complete is [`IdempotencyLayer::complete_on`]'s to change.
 //!
+//! What it answers without calling the service:
+//!
+//! | the claim | status | `Idemgate-Outcome` |
+//! |---|---|---|
+//! | a duplicate (processed within its TTL) | 200 | `duplicate` |
+//! | a late duplicate under [`LateDuplicates::Reject`](crate::LateDuplicates::Reject) | 200 | `late_duplicate` |
+//! | in flight (another delivery holds a live lease) | 409, `Retry-After` | `in_flight` |
+//! | a conflict (the id is live with another payload) | 200, or 409 with [`OnConflict::Reject`] | `conflict` |
+//! | the store unavailable | 503, `Retry-After: 1` | `store_unavailable` |
+//! | refused by the key function (a bad signature, no event id) | its status (401, 400) | its kind |
+//!
+//! The same answers as the gateway's for a source with the same settings, `on_conflict`'s
+//! default included ([`OnConflict`]).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use idemgate::{Dedup, IdempotencyLayer, Scheme, Secret, SourceName, StoreConfig, Verifier};
@@ -15,12 +29,13 @@
 //!     vec![Secret::from("whsec_...")],
 //!     Verifier::DEFAULT_TOLERANCE,
 //! )?;
-//! let stripe = idemgate::layer::verified(
-//!     SourceName::new("stripe-live")?,
-//!     verifier,
-//!     Duration::from_secs(7 * 86_400),
-//! );
-//! // With axum: Router::new().route("/stripe", post(handler)).layer(layer)
+//! // Stripe retries for 3 days; its preset adds queue lag, clock skew and a replay margin.
+//! let ttl = idemgate::preset("stripe")
+//!     .and_then(|p| p.contract)
+//!     .map(|c| c.ttl())
+//!     .unwrap_or(Duration::from_secs(7 * 86_400));
+//! let stripe = idemgate::layer::verified(SourceName::new("stripe-live")?, verifier, ttl);
+//! // With axum: Router::new().route("/webhooks/stripe", post(handler)).layer(layer)
 //! let layer = IdempotencyLayer::new(dedup, stripe);
 //! # drop(layer); Ok(()) }
 //! ```
@@ -74,6 +89,37 @@ impl Refusal {
     }
 }
 
+/// What to answer a delivery whose event id is live with another payload (a different SHA-256
+/// of the body): [`Once::Conflict`]. The gateway's per-source `on_conflict`, with the same names
+/// and the same default. Either way the service is not called, and the store records the
+/// conflict in history (outcome `conflict`), where `idemgate lookup` and the dashboard show it.
+///
+/// Why a 200 by default: while the first record lives, every retry of the other payload is a
+/// conflict again, so a 409 can never get it processed. It only keeps the sender retrying for
+/// its whole retry window (Stripe: three days) and then marks the endpoint as failing. And some
+/// senders resend one event id with bytes their signature does not cover changed (Mailgun's
+/// `event-data`), which is the same event. Choose [`OnConflict::Reject`] where the sender reads
+/// the status and another payload under one id is a bug it should hear of (an internal bus).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// Answer 200 with `Idemgate-Outcome: conflict` (the default): the sender stops retrying.
+    #[default]
+    Duplicate,
+    /// Answer 409 `conflict` (a problem+json naming the first receipt): the sender retries.
+    Reject,
+}
+
+impl OnConflict {
+    /// The policy as written in configuration (`duplicate`, `reject`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Reject => "reject",
+        }
+    }
+}
+
 /// The layer. See the [module docs](self).
 #[derive(Clone)]
 pub struct IdempotencyLayer {
@@ -81,6 +127,7 @@ pub struct IdempotencyLayer {
     key: Arc<KeyFn>,
     body_limit: usize,
     completes: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
+    on_conflict: OnConflict,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -88,6 +135,7 @@ impl std::fmt::Debug for IdempotencyLayer {
         f.debug_struct("IdempotencyLayer")
             .field("dedup", &self.dedup)
             .field("body_limit", &self.body_limit)
+            .field("on_conflict", &self.on_conflict)
             .finish_non_exhaustive()
     }
 }
@@ -107,7 +155,16 @@ impl IdempotencyLayer {
             key: Arc::new(key),
             body_limit: 1 << 20,
             completes: Arc::new(|status: StatusCode| status.is_success()),
+            on_conflict: OnConflict::default(),
         }
+    }
+
+    /// What a delivery whose event id is live with another payload is answered: 200 (the
+    /// default, as the gateway's) or 409. See [`OnConflict`].
+    #[must_use]
+    pub fn on_conflict(mut self, policy: OnConflict) -> Self {
+        self.on_conflict = policy;
+        self
     }
 
     /// Which of the service's answers complete the claim; every other answer releases it, so the
@@ -259,12 +316,30 @@ where
                     );
                     r.map(Either::Right)
                 }
-                Ok(Once::Conflict { .. }) => problem(
-                    StatusCode::CONFLICT,
-                    "conflict",
-                    "this event id was first received with a different payload",
-                )
-                .map(Either::Right),
+                Ok(Once::Conflict { first_seen }) => match layer.on_conflict {
+                    OnConflict::Duplicate => answer(
+                        StatusCode::OK,
+                        "conflict",
+                        serde_json::json!({
+                            "outcome": "conflict",
+                            "first_seen": first_seen.to_string(),
+                        }),
+                    ),
+                    OnConflict::Reject => {
+                        let detail = format!(
+                            "this event id was first received at {first_seen} with a different payload"
+                        );
+                        let mut body = problem_body(StatusCode::CONFLICT, "conflict", &detail);
+                        body["first_seen"] = serde_json::json!(first_seen.to_string());
+                        with_body(
+                            StatusCode::CONFLICT,
+                            "conflict",
+                            "application/problem+json",
+                            body,
+                        )
+                        .map(Either::Right)
+                    }
+                },
                 Err(ProcessError::Failed(Failed::Status(response))) => response.map(Either::Left),
                 Err(ProcessError::Failed(Failed::Service(e))) => return Err(e),
                 Err(ProcessError::Store(e)) => {
@@ -288,40 +363,49 @@ fn answer<L>(
     outcome: &'static str,
     body: serde_json::Value,
 ) -> Response<Either<L, Own>> {
-    let mut r = Response::new(Either::Right(Full::new(Bytes::from(body.to_string()))));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut()
-        .insert("idemgate-outcome", HeaderValue::from_static(outcome));
-    r
+    with_body(status, outcome, "application/json", body).map(Either::Right)
 }
 
 /// A problem+json answer (RFC 9457) with `Idemgate-Outcome: kind`.
 pub fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response<Own> {
-    let body = serde_json::json!({
+    with_body(
+        status,
+        kind,
+        "application/problem+json",
+        problem_body(status, kind, detail),
+    )
+}
+
+fn problem_body(status: StatusCode, kind: &'static str, detail: &str) -> serde_json::Value {
+    serde_json::json!({
         "type": format!("urn:idemgate:problem:{kind}"),
         "title": status.canonical_reason().unwrap_or("error"),
         "status": status.as_u16(),
         "detail": detail,
-    });
+    })
+}
+
+fn with_body(
+    status: StatusCode,
+    outcome: &'static str,
+    content_type: &'static str,
+    body: serde_json::Value,
+) -> Response<Own> {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
     r.headers_mut()
-        .insert("idemgate-outcome", HeaderValue::from_static(kind));
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert("idemgate-outcome", HeaderValue::from_static(outcome));
     r
 }
 
 /// The key function of a webhook source: verifies the delivery's signature with `verifier`
 /// (any of the provider schemes, with its secrets and tolerance), takes the event id where the
 /// scheme carries it, and claims `source:id` under `ttl` (the lease: a minute, or the TTL if
-/// shorter), with the body's SHA-256 as the fingerprint. A bad signature is 401, a missing or bad
+/// shorter, as the gateway's default), with the body's SHA-256 as the fingerprint. Take `ttl`
+/// from the sender's preset ([`crate::preset`]`("stripe")`, its contract's
+/// [`ttl`](crate::DeliveryContract::ttl)), as the gateway does for a source of that provider. A bad signature is 401, a missing or bad
 /// event id 400, each as a problem. Schemes that need a fetched document (Pub/Sub with a JWKS
 /// URL, SNS) are refused 503 (`document_unavailable`: give Pub/Sub a JWKS document instead), and
 /// SendGrid's batches and SNS's handshakes 501: this layer fetches nothing and claims one event

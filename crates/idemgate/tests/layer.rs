@@ -1,6 +1,7 @@
 //! `IdempotencyLayer` around an axum router: duplicates answered without calling the handler,
 //! any answer but a 2xx (a 5xx, an unrouted path's 404, a 400, a 429) releasing the claim,
-//! refusals from the key function, and a verified provider scheme.
+//! refusals from the key function, a verified provider scheme, and conflicts answered as the
+//! gateway answers them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,8 +13,8 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 use idemgate::layer::{Refusal, verified};
 use idemgate::{
-    AnyStore, ClaimRequest, ClaimStore, Claimed, Dedup, IdempotencyLayer, Key, Scheme, Secret,
-    SourceName, Verifier,
+    AnyStore, ClaimRequest, ClaimStore, Claimed, Dedup, Fingerprint, HistoryOutcome,
+    IdempotencyLayer, Key, OnConflict, Scheme, Secret, SourceName, Verifier,
 };
 use tower::ServiceExt;
 
@@ -282,4 +283,90 @@ async fn a_stripe_source_verifies_signatures_and_takes_the_body_id() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// The event id from an `x-id` header, and the body's SHA-256 as the payload's fingerprint.
+fn by_header_and_body(
+    parts: &axum::http::request::Parts,
+    body: &bytes::Bytes,
+) -> Result<ClaimRequest, Refusal> {
+    use sha2::Digest;
+    let claim = by_header(parts, body)?;
+    Ok(claim.fingerprint(Fingerprint(sha2::Sha256::digest(body).into())))
+}
+
+async fn post_body(
+    app: &axum::Router,
+    id: &str,
+    body: &'static str,
+) -> (StatusCode, String, String) {
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post("/hook")
+                .header("x-id", id)
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let outcome = response
+        .headers()
+        .get("idemgate-outcome")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, outcome, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn a_conflict_is_a_200_by_default_as_the_gateways_and_a_409_when_rejected() {
+    for (policy, status) in [
+        (None, StatusCode::OK),
+        (Some(OnConflict::Duplicate), StatusCode::OK),
+        (Some(OnConflict::Reject), StatusCode::CONFLICT),
+    ] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let dedup = Dedup::new(AnyStore::memory());
+        let mut layer = IdempotencyLayer::new(dedup.clone(), by_header_and_body);
+        if let Some(policy) = policy {
+            layer = layer.on_conflict(policy);
+        }
+        let app = app(calls.clone(), Arc::new(AtomicUsize::new(0)), layer);
+        assert_eq!(
+            post_body(&app, "e-1", r#"{"amount":1}"#).await.0,
+            StatusCode::OK
+        );
+        // The same id with another payload: the service is not called, whatever the answer.
+        let (got, outcome, body) = post_body(&app, "e-1", r#"{"amount":2}"#).await;
+        assert_eq!(
+            (got, outcome.as_str()),
+            (status, "conflict"),
+            "{policy:?}: {body}"
+        );
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(body["first_seen"].is_string(), "{policy:?}: {body}");
+        if status == StatusCode::CONFLICT {
+            assert_eq!(body["type"], "urn:idemgate:problem:conflict", "{body}");
+        } else {
+            assert_eq!(body["outcome"], "conflict", "{body}");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{policy:?}");
+        // Recorded in history either way; the first payload's retry is still a duplicate.
+        let view = dedup
+            .store()
+            .lookup(&Key::parse("bus", "e-1").unwrap())
+            .await
+            .unwrap();
+        assert!(
+            view.history
+                .iter()
+                .any(|h| h.outcome == HistoryOutcome::Conflict),
+            "{view:?}"
+        );
+        let (got, outcome, _) = post_body(&app, "e-1", r#"{"amount":1}"#).await;
+        assert_eq!((got, outcome.as_str()), (StatusCode::OK, "duplicate"));
+    }
+    assert_eq!(OnConflict::default(), OnConflict::Duplicate);
 }
