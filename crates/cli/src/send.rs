@@ -27,6 +27,14 @@ pub(crate) struct SendArgs {
     /// The gateway's base URL [default: http:// and the config's `listen`].
     #[arg(long)]
     url: Option<String>,
+    /// The path posted to, after the base URL [default: /hooks/SOURCE, the gateway's]. For an
+    /// app of your own that receives the source elsewhere (the library's `IdempotencyLayer`).
+    #[arg(long, value_name = "/PATH")]
+    path: Option<String>,
+    /// Sign with this secret instead of the source's first one: to try a rotation (the new
+    /// secret, before or after the config lists it) or a wrong secret (the gateway answers 401).
+    #[arg(long, value_name = "SECRET")]
+    secret: Option<String>,
     /// The event id [default: a new one]. Where the sender puts ids in the body, it is written
     /// there (a --body must already hold it, or hold the same).
     #[arg(long)]
@@ -74,10 +82,39 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         ))
         .into());
     };
-    // Signed with the first secret, as the sender signs before a rotation completes.
+    // Signed with the first secret, as the sender signs before a rotation completes, or with
+    // the one given.
     let mut first = sc.clone();
     first.secrets.truncate(1);
-    let signer = idemgate_gateway::verifier(&first).map_err(|e| Usage(e.to_string()))?;
+    let mut signer = idemgate_gateway::verifier(&first).map_err(|e| Usage(e.to_string()))?;
+    if let Some(secret) = &args.secret {
+        if secret.trim().is_empty() {
+            return Err(Usage("--secret: empty; give the secret to sign with".to_owned()).into());
+        }
+        let scheme = signer.scheme();
+        if !scheme.is_signed() {
+            return Err(Usage(format!(
+                "--secret: source {:?} ({}) takes unsigned deliveries from holders of an API \
+                 token; there is nothing to sign",
+                sc.name, sc.provider
+            ))
+            .into());
+        }
+        if matches!(
+            scheme,
+            idemgate::Scheme::Pubsub(_) | idemgate::Scheme::Sns(_)
+        ) {
+            return Err(Usage(format!(
+                "--secret: source {:?} ({}) is signed with the sender's own key: give a test \
+                 key with --signing-key FILE instead",
+                sc.name, sc.provider
+            ))
+            .into());
+        }
+        first.secrets = vec![secret.clone()];
+        signer = idemgate_gateway::verifier(&first)
+            .map_err(|e| Usage(format!("--secret cannot sign for {:?}: {e}", sc.name)))?;
+    }
     // A `none` source's senders present a token with the `send` scope.
     let bearer = (!signer.scheme().is_signed())
         .then(|| {
@@ -108,18 +145,22 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<()> {
         Some(url) => url.trim_end_matches('/').to_owned(),
         None => format!("http://{}", local(&config.listen)),
     };
-    let url = format!("{base}/hooks/{}", sc.name);
+    if base.contains('?') {
+        return Err(Usage(format!(
+            "--url: {base:?}: give the gateway's base URL, without a query"
+        ))
+        .into());
+    }
+    let path = match &args.path {
+        Some(path) => checked_path(path).map_err(Usage)?,
+        None => format!("/hooks/{}", sc.name),
+    };
+    let url = format!("{base}{path}");
     let uri: hyper::Uri = url
         .parse()
         .map_err(|e| Usage(format!("--url: {url:?} is not a URL: {e}")))?;
     if uri.scheme_str() != Some("http") {
         return Err(Usage(format!("--url: {url:?}: only http:// is supported")).into());
-    }
-    if url.contains('?') {
-        return Err(Usage(format!(
-            "--url: {url:?}: give the gateway's base URL, without a query"
-        ))
-        .into());
     }
 
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -340,8 +381,15 @@ fn first_kid(file: &std::path::Path) -> Result<String, String> {
 }
 
 /// What the gateway said, in a few words: the attempt and the downstream's status, or the
-/// problem's detail.
+/// problem's detail; an answer that is not JSON (an app's own), its first line.
 fn summary(answer: &Value) -> String {
+    if let Value::String(text) = answer {
+        let line = text.lines().next().unwrap_or_default();
+        return match line.char_indices().nth(80) {
+            Some((end, _)) => format!("{}...", &line[..end]),
+            None => line.to_owned(),
+        };
+    }
     let mut parts = Vec::new();
     for key in ["attempt", "downstream_status", "first_seen", "completion"] {
         if let Some(v) = answer.get(key).filter(|v| !v.is_null()) {
@@ -454,6 +502,26 @@ fn set_pointer(doc: &mut Value, pointer: &str, value: Value) {
     }
 }
 
+/// `--path` as given, if it is one: it starts with `/` and has no query, fragment or spaces.
+fn checked_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "--path {path:?}: a path starts with / (such as /webhooks/stripe)"
+        ));
+    }
+    if path.contains(['?', '#']) {
+        return Err(format!(
+            "--path {path:?}: give the path alone, without a query or fragment"
+        ));
+    }
+    match path.parse::<http::uri::PathAndQuery>() {
+        Ok(_) => Ok(path.to_owned()),
+        Err(e) => Err(format!(
+            "--path {path:?}: not a URL path ({e}); percent-encode what it needs"
+        )),
+    }
+}
+
 /// A listen address as a client reaches it: an unspecified host becomes loopback.
 fn local(listen: &str) -> String {
     match listen.rsplit_once(':') {
@@ -477,6 +545,33 @@ mod tests {
     }
 
     #[test]
+    fn a_path_starts_with_a_slash_and_carries_no_query() {
+        assert_eq!(
+            checked_path("/webhooks/stripe").unwrap(),
+            "/webhooks/stripe"
+        );
+        assert_eq!(checked_path("/").unwrap(), "/");
+        let no_slash = checked_path("webhooks/stripe").unwrap_err();
+        assert!(no_slash.contains("starts with /"), "{no_slash}");
+        let query = checked_path("/hook?x=1").unwrap_err();
+        assert!(query.contains("without a query"), "{query}");
+        let space = checked_path("/a b").unwrap_err();
+        assert!(space.contains("not a URL path"), "{space}");
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_is_summed_up_by_its_first_line() {
+        assert_eq!(summary(&json!("ok")), "ok");
+        assert_eq!(summary(&json!("Not Found\nmore")), "Not Found");
+        let long = "é".repeat(100);
+        assert_eq!(summary(&json!(long)), format!("{}...", "é".repeat(80)));
+        assert_eq!(
+            summary(&json!({ "attempt": 1, "detail": "why" })),
+            "attempt=1 why"
+        );
+    }
+
+    #[test]
     fn unspecified_listen_hosts_are_reached_on_loopback() {
         assert_eq!(local("0.0.0.0:8080"), "127.0.0.1:8080");
         assert_eq!(local("[::]:80"), "[::1]:80");
@@ -493,10 +588,9 @@ mod external_tests {
 
     use super::External;
 
-    const FIXTURES: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../providers/tests/fixtures/sns"
-    );
+    /// Copies of idemgate-providers' fixtures, kept identical by `.ci/package`: the crate is
+    /// packaged alone.
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sns");
 
     /// An SNS notification signed with the test key verifies against its certificate as the
     /// gateway checks it, and a retry resends the same message.
