@@ -1,8 +1,16 @@
 //! A queue worker on PostgreSQL: every message is processed once, however often the queue
 //! delivers it, with `Dedup::process_once`.
 //!
-//! `DATABASE_URL=postgres://root@localhost/test cargo run -p idemgate --features postgres --example queue_worker`
-//! (a schema of its own, dropped at the end).
+//! From the repository, with PostgreSQL at `DATABASE_URL` (it works in a schema of its own,
+//! dropped at the end):
+//!
+//! <!-- ci: run queue_worker -->
+//! ```sh
+//! DATABASE_URL=postgres://root@localhost/test cargo run -p idemgate --features postgres --example queue_worker
+//! ```
+//!
+//! It prints `60 deliveries of 20 messages: 20 processed, ...` and fails unless each message
+//! was processed exactly once.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,10 +1,21 @@
 // A worker in Node.js on idemgate's HTTP claim API: each job processed once, however often it
 // is delivered. No dependencies (Node 18+: global fetch).
 //
-//   IDEMGATE_URL=http://127.0.0.1:8080 IDEMGATE_TOKEN=... IDEMGATE_SOURCE=jobs node worker.mjs
+// Against the demo gateway (`idemgate serve` without a config: source "demo", API token
+// "demo-token-change-me", on 127.0.0.1:8080), from the repository's root:
+//
+// <!-- ci: run worker_node -->
+// ```sh
+// idemgate serve &
+// node crates/idemgate/examples/workers/worker.mjs
+// ```
+//
+// It prints "30 deliveries of 10 jobs: 10 processed, 20 duplicates" and fails unless each job
+// was processed once. Against your own gateway, IDEMGATE_URL, IDEMGATE_TOKEN (one of its
+// api_tokens) and IDEMGATE_SOURCE (one of its sources) say where.
 const URL = process.env.IDEMGATE_URL ?? "http://127.0.0.1:8080";
-const TOKEN = process.env.IDEMGATE_TOKEN;
-const SOURCE = process.env.IDEMGATE_SOURCE ?? "jobs";
+const TOKEN = process.env.IDEMGATE_TOKEN ?? "demo-token-change-me";
+const SOURCE = process.env.IDEMGATE_SOURCE ?? "demo";
 const RUN = process.env.RUN_ID ?? String(process.pid);
 
 async function call(path, body) {
@@ -33,7 +44,9 @@ async function handle(jobId, processed) {
     }
     if (outcome === "duplicate") return "duplicate";
     if (outcome === "in_flight") {
-      await new Promise((ok) => setTimeout(ok, 1000 * (answer.retry_after_s ?? 1)));
+      // Another delivery holds it. Its lease ends at retry_after_s at the latest; it is usually
+      // done well before: look again in a second.
+      await new Promise((ok) => setTimeout(ok, 1000 * Math.min(answer.retry_after_s ?? 1, 1)));
       continue;
     }
     throw new Error(`unexpected answer ${status} ${outcome}: ${JSON.stringify(answer)}`);
