@@ -128,6 +128,7 @@ fn advice_json(a: &Advice) -> serde_json::Value {
         "late_duplicates": a.late_duplicates,
         "live_rows": a.live_rows,
         "projected_rows": a.projected_rows,
+        "projection_basis_s": a.projection_basis.as_secs(),
         "ttl_s": a.ttl.as_secs(),
         "retry_window_s": a.retry_window.as_secs(),
         "recommended_ttl_s": a.recommended_ttl.as_secs(),

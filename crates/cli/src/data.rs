@@ -14,7 +14,7 @@ use idemgate_gateway::Config;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::{StoreArgs, Usage};
+use crate::{NewSchemaArgs, StoreArgs, Usage};
 
 /// A PostgreSQL schema's expiry mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -25,6 +25,15 @@ pub(crate) enum ExpiryArg {
 
 /// The store settings the flags describe, as a gateway config.
 pub(crate) fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow::Result<Config> {
+    config_with(args, sweep, &NewSchemaArgs::default())
+}
+
+/// As [`config`], with how `migrate` creates a new PostgreSQL schema.
+pub(crate) fn config_with(
+    args: &StoreArgs,
+    sweep: Option<(u32, Duration)>,
+    new_schema: &NewSchemaArgs,
+) -> anyhow::Result<Config> {
     let file = args.config_file();
     let mut config = match &file {
         Some(path) => Config::load(Some(path), "").map_err(|e| Usage(e.to_string()))?,
@@ -81,11 +90,11 @@ pub(crate) fn config(args: &StoreArgs, sweep: Option<(u32, Duration)>) -> anyhow
         pg.pool_size = NonZeroUsize::new(2).expect("non-zero");
         // A config file says how its schema is created; the flags say it for --postgres.
         if file.is_none() {
-            pg.expiry = match args.expiry {
+            pg.expiry = match new_schema.expiry {
                 ExpiryArg::Batched => ExpiryMode::Batched,
                 ExpiryArg::Partitioned => ExpiryMode::Partitioned,
             };
-            pg.partition_width = args.partition_width;
+            pg.partition_width = new_schema.partition_width;
         }
         if let Some((batch, pause)) = sweep {
             pg.sweep_batch = NonZeroU32::new(batch).unwrap_or(NonZeroU32::MIN);
@@ -153,8 +162,8 @@ pub(crate) fn describe(config: &Config) -> String {
     }
 }
 
-pub(crate) async fn migrate(args: &StoreArgs) -> anyhow::Result<()> {
-    let config = config(args, None)?;
+pub(crate) async fn migrate(args: &StoreArgs, new_schema: &NewSchemaArgs) -> anyhow::Result<()> {
+    let config = config_with(args, None, new_schema)?;
     let name = describe(&config);
     let migrated = idemgate::migrate(&config.store)
         .await
@@ -317,13 +326,17 @@ pub(crate) async fn lookup(
     event_id: EventId,
     json: bool,
 ) -> anyhow::Result<()> {
+    use idemgate_core::inbox::Inbox;
     let (store, name) = open(args, None).await?;
-    let view = store.lookup(&Key::new(source.clone(), event_id)).await?;
+    let key = Key::new(source.clone(), event_id);
+    let view = store.lookup(&key).await?;
+    let queued = store.queued(&key).await?;
     // An event nobody ever saw: is the source itself unknown here (a typo, another store)?
     let known =
         view.record.is_some() || !view.history.is_empty() || store.has_source(&source).await?;
+    let report = idemgate::EventReport::new(&view, &queued);
     if json {
-        let mut doc = json!(idemgate::EventReport::from(&view));
+        let mut doc = json!(report);
         doc["source_known"] = json!(known);
         outln!("{doc}");
         return Ok(());
@@ -338,7 +351,12 @@ pub(crate) async fn lookup(
     outln!("event {}", view.key);
     match &view.record {
         Some(r) => {
-            outln!("  record     {} (attempt {})", r.state, r.attempt);
+            let what = if report.inbox.is_some() {
+                " (queued on receipt: every later delivery is a duplicate)"
+            } else {
+                ""
+            };
+            outln!("  record     {} (attempt {}){what}", r.state, r.attempt);
             outln!("  first seen {}", r.first_seen);
             if let Some(lease) = r.lease_until {
                 outln!("  lease until {lease}");
@@ -346,6 +364,43 @@ pub(crate) async fn lookup(
             outln!("  expires at {}", r.expires_at);
         }
         None => outln!("  record     none live (never claimed, released, or expired)"),
+    }
+    match (&report.inbox, &report.processed_at) {
+        (Some(_), Some(at)) => outln!("  processed  {at} (delivered from the inbox)"),
+        (Some(_), None) => outln!("  processed  not yet: the downstream has not taken it"),
+        (None, Some(at)) => outln!("  processed  {at}"),
+        (None, None) => {}
+    }
+    if let Some(inbox) = &report.inbox {
+        outln!("  inbox      {}", inbox.state);
+        if let Some(at) = &inbox.queued_at {
+            outln!("    queued        {at}");
+        }
+        for a in &inbox.attempts {
+            outln!(
+                "    attempt {:<5} {}: {}{}",
+                a.attempt.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                a.at,
+                a.status.map(|s| format!("HTTP {s}, ")).unwrap_or_default(),
+                a.error.as_deref().unwrap_or("failed")
+            );
+        }
+        if let Some(at) = &inbox.dead_lettered_at {
+            outln!("    dead-lettered {at}");
+        }
+        for r in &inbox.replays {
+            outln!(
+                "    replayed      {} (reason: {})",
+                r.at,
+                r.reason.as_deref().unwrap_or("-")
+            );
+        }
+        if let Some(at) = &inbox.next_attempt_at {
+            outln!("    next attempt  {at}");
+        }
+        if let Some(at) = &inbox.delivered_at {
+            outln!("    delivered     {at}");
+        }
     }
     if view.history.is_empty() {
         outln!("  history    none: idemgate never received this event");
@@ -360,7 +415,12 @@ pub(crate) async fn lookup(
                 .gap
                 .map(|g| format!(", {} after first receipt", Human(g)))
                 .unwrap_or_default();
-            outln!("    {}  {}{attempt}{gap}", h.at, h.outcome);
+            let note = h
+                .note
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            outln!("    {}  {}{attempt}{gap}{note}", h.at, h.outcome);
         }
     }
     Ok(())

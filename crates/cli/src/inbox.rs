@@ -5,8 +5,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use clap::Args;
-use idemgate_core::inbox::{DeadLetter, Inbox, InboxStats, ReplayFilter};
-use idemgate_core::{Human, SourceName};
+use idemgate_core::inbox::{AttemptLog, DeadLetter, Inbox, InboxStats, ReplayFilter};
+use idemgate_core::{EventId, Human, SourceName};
 use serde_json::json;
 
 use crate::data::open;
@@ -23,6 +23,19 @@ pub(crate) struct InboxArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `idemgate dead-letters`.
+#[derive(Debug, Args)]
+pub(crate) struct DeadLettersArgs {
+    #[command(flatten)]
+    pub inbox: InboxArgs,
+    /// Only this event's (with --source, or of every source).
+    #[arg(long, value_parser = crate::parse_event_id)]
+    pub event_id: Option<EventId>,
+    /// Show every attempt of each dead letter: when, the downstream's status, the error.
+    #[arg(long)]
+    pub attempts: bool,
 }
 
 /// `idemgate replay`.
@@ -43,10 +56,14 @@ pub(crate) struct ReplayArgs {
     /// Only those that died within this long (`2h`, `1d`).
     #[arg(long, value_parser = parse_duration)]
     pub since: Option<Duration>,
+    /// Only this event's dead letter (with --source, or of every source).
+    #[arg(long, value_parser = crate::parse_event_id, requires = "dead_letters")]
+    pub event_id: Option<EventId>,
     /// Why: recorded in each event's history as the replay's reason.
     #[arg(long)]
     pub reason: Option<String>,
-    /// Show what would be replayed; move nothing.
+    /// List what would be replayed (each dead letter's source, event id and last error); move
+    /// nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// With a file: queue every event, even one done within its TTL (each such replay is
@@ -90,6 +107,14 @@ pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
                     "dead": s.dead,
                     "oldest_pending_s": s.oldest_pending.map(|d| d.as_secs_f64()),
                     "delivered_per_min": per_minute(&s.source),
+                    "failing": s.failing,
+                    "last_failure": s.last_failure.as_ref().map(|f| json!({
+                        "event_id": f.event_id.as_str(),
+                        "attempt": f.attempt.attempt,
+                        "at": f.attempt.at.to_string(),
+                        "status": f.attempt.status,
+                        "error": f.attempt.error,
+                    })),
                 })
             })
             .collect();
@@ -102,33 +127,61 @@ pub(crate) async fn inbox(args: &InboxArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "{:<32} {:>10} {:>10} {:>10} {:>16}  OLDEST PENDING",
+        "{:<32} {:>10} {:>10} {:>10} {:>10} {:>16}  OLDEST PENDING",
         "SOURCE",
         "PENDING",
         "IN FLIGHT",
+        "FAILING",
         "DEAD",
         "DELIVERED/MIN"
     );
     for s in &stats {
         outln!(
-            "{:<32} {:>10} {:>10} {:>10} {:>16.1}  {}",
+            "{:<32} {:>10} {:>10} {:>10} {:>10} {:>16.1}  {}",
             s.source.as_str(),
             s.pending,
             s.in_flight,
+            s.failing,
             s.dead,
             per_minute(&s.source),
             s.oldest_pending
                 .map_or_else(|| "-".to_owned(), |d| Human(d).to_string())
         );
     }
-    outln!("(delivered/min over the last {})", Human(RATE_WINDOW));
+    outln!(
+        "(failing: waiting items that failed at least once; delivered/min over the last {})",
+        Human(RATE_WINDOW)
+    );
+    let failures: Vec<_> = stats
+        .iter()
+        .filter_map(|s| Some((&s.source, s.last_failure.as_ref()?)))
+        .collect();
+    if !failures.is_empty() {
+        outln!();
+        outln!("last error per source:");
+        for (source, f) in failures {
+            outln!(
+                "  {}: {} (event {}, attempt {} at {})",
+                source.as_str(),
+                f.attempt.error,
+                f.event_id.as_str(),
+                f.attempt.attempt,
+                f.attempt.at
+            );
+        }
+    }
     Ok(())
 }
 
-pub(crate) async fn dead_letters(args: &InboxArgs) -> anyhow::Result<()> {
-    let (store, name) = open(&args.store, None).await?;
-    let dead = store.dead_letters(args.source.as_ref(), LIST).await?;
-    if args.json {
+pub(crate) async fn dead_letters(args: &DeadLettersArgs) -> anyhow::Result<()> {
+    let (store, name) = open(&args.inbox.store, None).await?;
+    let filter = ReplayFilter {
+        source: args.inbox.source.clone(),
+        event_id: args.event_id.clone(),
+        since: None,
+    };
+    let dead = store.dead_letters(&filter, LIST).await?;
+    if args.inbox.json {
         let rows: Vec<_> = dead.iter().map(dead_json).collect();
         outln!("{}", json!({ "store": name, "dead_letters": rows }));
         return Ok(());
@@ -156,8 +209,24 @@ pub(crate) async fn dead_letters(args: &InboxArgs) -> anyhow::Result<()> {
             d.dead_at.to_string(),
             d.attempts.last().map_or("-", |a| a.error.as_str())
         );
+        if args.attempts {
+            for a in &d.attempts {
+                outln!("{:>8}  {}", "", attempt_line(a));
+            }
+        }
     }
     Ok(())
+}
+
+/// One attempt, as `dead-letters --attempts` and `lookup` print it.
+pub(crate) fn attempt_line(a: &AttemptLog) -> String {
+    format!(
+        "attempt {} at {}: {}{}",
+        a.attempt,
+        a.at,
+        a.status.map(|s| format!("HTTP {s}, ")).unwrap_or_default(),
+        a.error
+    )
 }
 
 fn dead_json(d: &DeadLetter) -> serde_json::Value {
@@ -202,18 +271,47 @@ pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let filter = ReplayFilter {
         source: args.source.clone(),
         since: args.since,
+        event_id: args.event_id.clone(),
     };
     if args.dry_run {
-        // What the replay would select, by the same rules (died within `since`, by the store's
-        // clock: each letter's age is read against the newest letter's death at the latest).
-        let dead = store.dead_letters(args.source.as_ref(), LIST).await?;
+        // What the replay would select, by the same filter and the store's clock.
+        let dead = store.dead_letters(&filter, LIST).await?;
         outln!(
-            "{name}: {} dead letter{} of {}; --since is applied by the store at replay",
+            "{name}: would move {} dead letter{} back to the queue (nothing moved: --dry-run)",
             dead.len(),
             if dead.len() == 1 { "" } else { "s" },
-            args.source.as_ref().map_or("every source", |s| s.as_str())
         );
+        for d in &dead {
+            outln!(
+                "  {} {}  died {}, {} attempt{}, last error: {}",
+                d.key.source.as_str(),
+                d.key.event_id.as_str(),
+                d.dead_at,
+                d.attempts.len(),
+                if d.attempts.len() == 1 { "" } else { "s" },
+                d.attempts.last().map_or("-", |a| a.error.as_str())
+            );
+        }
+        if dead.len() as u64 == u64::from(LIST.get()) {
+            outln!("  (the first {}; there may be more)", LIST.get());
+        }
         return Ok(());
+    }
+    if let Some(event_id) = &filter.event_id
+        && store
+            .dead_letters(&filter, NonZeroU32::MIN)
+            .await?
+            .is_empty()
+    {
+        return Err(Usage(format!(
+            "no dead letter of event {:?}{} in {name}: see `idemgate dead-letters`",
+            event_id.as_str(),
+            args.source
+                .as_ref()
+                .map(|s| format!(" of source {:?}", s.as_str()))
+                .unwrap_or_default()
+        ))
+        .into());
     }
     let moved = store.replay_dead_letters(&filter, &reason).await?;
     outln!(

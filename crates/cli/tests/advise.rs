@@ -206,11 +206,14 @@ async fn advise_reports_the_known_gaps_verdicts_and_plot() {
         s["live_rows"], 0,
         "week-long records written ten days ago have expired"
     );
-    // 100 first receipts in 30 days, times a TTL of 7 days 10 minutes.
+    // 100 first receipts in the ten days the source's history covers (not the 30 days looked
+    // at), times a TTL of 7 days 10 minutes.
     assert_eq!(
         s["projected_rows"],
-        (100.0_f64 * (7.0 * 86_400.0 + 600.0) / (30.0 * 86_400.0)).round() as u64
+        (100.0_f64 * (7.0 * 86_400.0 + 600.0) / (10.0 * 86_400.0)).round() as u64
     );
+    let basis = s["projection_basis_s"].as_u64().unwrap();
+    assert!((10 * DAY..10 * DAY + 120).contains(&basis), "{basis}");
 
     let shop = source(&v, "shop");
     assert_eq!(shop["late_duplicates"], 1);

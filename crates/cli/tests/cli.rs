@@ -187,6 +187,30 @@ fn store_commands_refuse_a_directory_without_a_store() {
         "no idemgate store",
     );
     assert!(!missing.exists(), "nothing was created");
+    // From another directory, with the default data dir: says where it looked, whole, and how to
+    // point it at the gateway's store; never suggests a migrate that would make an empty one.
+    for command in [["lookup", "demo", "evt_1"].as_slice(), &["stats"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .args(command)
+            .current_dir(dir.path())
+            .env_remove("IDEMGATE_DATA_DIR")
+            .env_remove("IDEMGATE_CONFIG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let looked = dir.path().join("idemgate-data").join("idemgate.db");
+        assert!(
+            stderr.contains(&looked.display().to_string()),
+            "names where it looked: {stderr}"
+        );
+        assert!(
+            stderr.contains("--data-dir") && stderr.contains("--config"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("migrate"), "{stderr}");
+        assert!(!dir.path().join("idemgate-data").exists());
+    }
 }
 
 /// Fills a store: `expired` records that expire at once, `live` ones that stay, one event with a
@@ -383,9 +407,14 @@ fn store_commands_on_postgres() {
     );
     let v = stdout_json(&pg(&["lookup", "stripe-live", "evt_1", "--json"]));
     assert!(v["record"].is_null() && v["history"].as_array().unwrap().is_empty());
-    // Read-only commands take the mode off the schema; migrate refuses the other one, naming
-    // both.
-    assert!(pg(&["stats", "--expiry", "partitioned"]).status.success());
+    // Read-only commands take the mode off the schema (and have no --expiry: it is migrate's);
+    // migrate refuses the other one, naming both.
+    assert!(pg(&["stats"]).status.success());
+    assert_eq!(
+        pg(&["stats", "--expiry", "partitioned"]).status.code(),
+        Some(2),
+        "--expiry is migrate's alone"
+    );
     let wrong = pg(&["migrate", "--expiry", "partitioned"]);
     assert_eq!(wrong.status.code(), Some(1));
     assert!(

@@ -21,6 +21,9 @@ use crate::claim::HistoryOutcome;
 use crate::key::SourceName;
 use crate::policy::DeliveryContract;
 
+/// The shortest time an arrival rate is projected from.
+pub const MIN_PROJECTION_BASIS: Duration = Duration::from_secs(3_600);
+
 /// What history shows of one source over a period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
@@ -40,6 +43,10 @@ pub struct Observation {
     pub queue_lags: Vec<Duration>,
     /// The period observed.
     pub period: Duration,
+    /// How much of `period` the source's history covers: from its earliest row in the period
+    /// to now (the whole period for a source older than it). A source that began sending a day
+    /// ago has a day of arrivals, not 30 days' worth.
+    pub observed: Duration,
 }
 
 impl Observation {
@@ -54,6 +61,7 @@ impl Observation {
             live_rows: 0,
             queue_lags: Vec::new(),
             period,
+            observed: Duration::ZERO,
         }
     }
 }
@@ -83,7 +91,8 @@ impl Tally {
             | HistoryOutcome::Released
             | HistoryOutcome::Abandoned
             | HistoryOutcome::DeadLettered
-            | HistoryOutcome::Replayed => {
+            | HistoryOutcome::Replayed
+            | HistoryOutcome::AttemptFailed => {
                 return;
             }
             HistoryOutcome::Claimed => obs.first_receipts += 1,
@@ -101,11 +110,24 @@ impl Tally {
         }
     }
 
+    /// Notes that one of `source`'s rows is `age` old (by the store's clock): the oldest one
+    /// says how much of the period the source's history covers
+    /// ([`Observation::observed`]).
+    pub fn seen(&mut self, source: &SourceName, age: Duration) {
+        if let Some(obs) = self.sources.get_mut(source) {
+            obs.observed = obs.observed.max(age);
+        }
+    }
+
     /// The observations, by source name, each over `period`.
     pub fn finish(self, period: Duration) -> Vec<Observation> {
         self.sources
             .into_values()
-            .map(|o| Observation { period, ..o })
+            .map(|o| Observation {
+                period,
+                observed: o.observed.min(period),
+                ..o
+            })
             .collect()
     }
 }
@@ -123,8 +145,12 @@ pub struct Advice {
     pub max: Option<Duration>,
     pub late_duplicates: u64,
     pub live_rows: u64,
-    /// Records the store would hold at this arrival rate: first receipts per second x TTL.
+    /// Records the store would hold at this arrival rate: first receipts per second x TTL,
+    /// the rate taken over [`Advice::projection_basis`].
     pub projected_rows: u64,
+    /// The time the arrival rate of `projected_rows` is averaged over: the part of the period
+    /// the source's history covers, at least an hour.
+    pub projection_basis: Duration,
     /// The TTL in force.
     pub ttl: Duration,
     pub retry_window: Duration,
@@ -202,10 +228,18 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
         .retry_window
         .max(max.unwrap_or_default())
         .saturating_add(margins);
-    let rate = if obs.period.is_zero() {
+    // The arrival rate over the part of the period the source's history covers (at least an
+    // hour, so that a source minutes old is not projected from its first burst); over the
+    // whole period when the store could not say.
+    let basis = if obs.observed.is_zero() {
+        obs.period
+    } else {
+        obs.observed.max(MIN_PROJECTION_BASIS).min(obs.period)
+    };
+    let rate = if basis.is_zero() {
         0.0
     } else {
-        obs.first_receipts as f64 / obs.period.as_secs_f64()
+        obs.first_receipts as f64 / basis.as_secs_f64()
     };
     let projected_rows = (rate * ttl.as_secs_f64()).round() as u64;
     let mut lags = obs.queue_lags.clone();
@@ -257,6 +291,7 @@ pub fn advise(obs: &Observation, contract: &DeliveryContract, ttl: Duration) -> 
         late_duplicates: obs.late_duplicates,
         live_rows: obs.live_rows,
         projected_rows,
+        projection_basis: basis,
         ttl,
         retry_window: contract.retry_window,
         recommended_ttl,
@@ -326,6 +361,7 @@ mod tests {
             late_duplicates: late,
             live_rows: 900,
             period: secs(10 * D),
+            observed: secs(10 * D),
         }
     }
 
@@ -356,6 +392,40 @@ mod tests {
         assert_eq!(
             a.projected_rows,
             (100.0 * contract().ttl().as_secs_f64() / D as f64).round() as u64
+        );
+    }
+
+    #[test]
+    fn a_young_source_is_projected_from_the_time_it_has_existed() {
+        // 1,000 first receipts in the two hours the source has existed, of a 10-day period: the
+        // rate is 1,000 per two hours, not per ten days.
+        let young = Observation {
+            observed: secs(2 * H),
+            ..obs(Vec::new(), 0)
+        };
+        let a = advise(&young, &contract(), contract().ttl());
+        assert_eq!(a.projection_basis, secs(2 * H));
+        assert_eq!(
+            a.projected_rows,
+            (1_000.0 * contract().ttl().as_secs_f64() / (2 * H) as f64).round() as u64
+        );
+        // Minutes old: projected from an hour at least.
+        let newborn = Observation {
+            observed: secs(60),
+            ..obs(Vec::new(), 0)
+        };
+        assert_eq!(
+            advise(&newborn, &contract(), contract().ttl()).projection_basis,
+            MIN_PROJECTION_BASIS
+        );
+        // Unknown coverage: the whole period, as before.
+        let unknown = Observation {
+            observed: Duration::ZERO,
+            ..obs(Vec::new(), 0)
+        };
+        assert_eq!(
+            advise(&unknown, &contract(), contract().ttl()).projection_basis,
+            secs(10 * D)
         );
     }
 

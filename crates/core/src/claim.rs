@@ -310,10 +310,13 @@ pub enum HistoryOutcome {
     DeadLettered,
     /// Inbox mode: a dead letter moved back to the queue (the row's `note` says why).
     Replayed,
+    /// Inbox mode: one delivery from the queue failed and will be tried again (the row's `note`
+    /// says how: the downstream's status and the error).
+    AttemptFailed,
 }
 
 impl HistoryOutcome {
-    pub const ALL: [HistoryOutcome; 11] = [
+    pub const ALL: [HistoryOutcome; 12] = [
         Self::Claimed,
         Self::Duplicate,
         Self::InFlight,
@@ -325,6 +328,7 @@ impl HistoryOutcome {
         Self::Abandoned,
         Self::DeadLettered,
         Self::Replayed,
+        Self::AttemptFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -340,6 +344,7 @@ impl HistoryOutcome {
             Self::Abandoned => "abandoned",
             Self::DeadLettered => "dead_lettered",
             Self::Replayed => "replayed",
+            Self::AttemptFailed => "attempt_failed",
         }
     }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, Holder};
 use crate::error::StoreError;
-use crate::key::{Key, SourceName};
+use crate::key::{EventId, Key, SourceName};
 use crate::time::Timestamp;
 
 /// What the dispatcher needs to deliver an event as the sender sent it.
@@ -115,15 +115,71 @@ pub struct InboxStats {
     pub dead: u64,
     /// Age of the oldest item not yet delivered (pending or in flight): the queue lag.
     pub oldest_pending: Option<Duration>,
+    /// Items not yet delivered (pending or in flight, not dead) that failed at least once: the
+    /// downstream is failing them, and they wait for a retry.
+    pub failing: u64,
+    /// The most recent failed attempt of any of the source's items still kept (waiting or
+    /// dead); `None` when none of them failed.
+    pub last_failure: Option<LastFailure>,
 }
 
-/// Which dead letters [`Inbox::replay_dead_letters`] moves back.
+/// A source's most recent failed delivery attempt ([`InboxStats::last_failure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastFailure {
+    /// The event whose delivery failed.
+    pub event_id: EventId,
+    /// The attempt: when, the downstream's status, the error.
+    pub attempt: AttemptLog,
+}
+
+/// One event's items in the queue, as [`Inbox::queued`] reads them (waiting, in flight or dead;
+/// a delivered item is gone, and history's `completed` row says when).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// The item's id.
+    pub id: i64,
+    /// When it was queued (the store's clock).
+    pub received_at: Timestamp,
+    /// When it may next be taken (a retry's delay after its last attempt).
+    pub due_at: Timestamp,
+    /// Takes so far, replays included.
+    pub attempt: u32,
+    /// Until when a dispatcher holds it, while one does (by the store's clock at the read).
+    pub in_flight_until: Option<Timestamp>,
+    /// When it became a dead letter, if it is one.
+    pub dead_at: Option<Timestamp>,
+    /// Every failed attempt, oldest first.
+    pub attempts: Vec<AttemptLog>,
+}
+
+/// Which dead letters [`Inbox::dead_letters`] lists and [`Inbox::replay_dead_letters`] moves
+/// back.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReplayFilter {
     /// Only this source's (all sources when `None`).
     pub source: Option<SourceName>,
     /// Only those that died within this long before now (all when `None`).
     pub since: Option<Duration>,
+    /// Only this event's (with `source`; every source's event of that id without it).
+    pub event_id: Option<EventId>,
+}
+
+impl ReplayFilter {
+    /// Every dead letter of `source`, or of every source.
+    pub fn source(source: Option<&SourceName>) -> Self {
+        Self {
+            source: source.cloned(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether a dead letter of `key` that died at `dead_at` is selected, `now` being the
+    /// store's clock.
+    pub fn selects(&self, key: &Key, dead_at: Timestamp, now: Timestamp) -> bool {
+        self.source.as_ref().is_none_or(|s| key.source == *s)
+            && self.event_id.as_ref().is_none_or(|e| key.event_id == *e)
+            && self.since.is_none_or(|d| dead_at >= now.minus(d))
+    }
 }
 
 /// A store that keeps an inbox queue beside its claims.
@@ -201,15 +257,25 @@ pub trait Inbox: Send + Sync {
         failure: &Failure,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Dead letters, oldest first, at most `limit`; of one source, or of all.
+    /// The dead letters `filter` selects, oldest death first, at most `limit`: what
+    /// [`Inbox::replay_dead_letters`] would move with the same filter.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
     fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> impl Future<Output = Result<Vec<DeadLetter>, StoreError>> + Send;
+
+    /// `key`'s items in the queue (waiting, in flight, or dead), oldest first, with every failed
+    /// attempt: empty when the event was never queued or its items were delivered (history's
+    /// `completed` row) or purged.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn queued(&self, key: &Key)
+    -> impl Future<Output = Result<Vec<QueueEntry>, StoreError>> + Send;
 
     /// Moves the dead letters `filter` selects back to the queue, due now, with a fresh attempt
     /// budget (their attempt numbers go on growing), each recording `replayed` in history with
@@ -234,7 +300,8 @@ pub trait Inbox: Send + Sync {
         batch: NonZeroU32,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Every source's queue that holds anything.
+    /// Every source's queue that holds anything; [`InboxStats::failing`] and
+    /// [`InboxStats::last_failure`] say what the downstream answered lately.
     ///
     /// # Errors
     /// [`StoreError::Backend`].

@@ -51,6 +51,6 @@ pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
     Boot, BootRequest, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, LiveBoot,
-    SourceStats, Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
+    Recent, SourceStats, Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 pub use time::{Clock, Human, ManualClock, SteadyClock, SystemClock, Timestamp};

@@ -303,9 +303,11 @@ impl HistoryQuery for MemoryStore {
         let since = self.clock.now().minus(period);
         let st = self.state();
         let mut tally = Tally::default();
+        let now = self.clock.now();
         for (key, rows) in &st.history {
             for h in rows.iter().filter(|h| h.at >= since) {
                 tally.add(key.source.clone(), h.outcome, h.gap);
+                tally.seen(&key.source, now.since(h.at));
             }
         }
         Ok(tally.finish(period))
@@ -313,6 +315,31 @@ impl HistoryQuery for MemoryStore {
 }
 
 impl Timeline for MemoryStore {
+    async fn recent(
+        &self,
+        source: &crate::SourceName,
+        limit: NonZeroU32,
+    ) -> Result<Vec<crate::store::Recent>, StoreError> {
+        let st = self.state();
+        let mut rows: Vec<crate::store::Recent> = st
+            .history
+            .iter()
+            .filter(|(k, _)| k.source == *source)
+            .flat_map(|(k, rows)| {
+                rows.iter().map(|h| crate::store::Recent {
+                    event_id: k.event_id.clone(),
+                    outcome: h.outcome,
+                    at: h.at,
+                    attempt: h.attempt,
+                })
+            })
+            .collect();
+        // Newest first; rows of one instant in no particular order, as the SQL stores give them.
+        rows.sort_by_key(|r| std::cmp::Reverse(r.at));
+        rows.truncate(limit.get() as usize);
+        Ok(rows)
+    }
+
     async fn timeline(
         &self,
         source: &crate::SourceName,

@@ -359,9 +359,33 @@ impl TimelineCounts {
     }
 }
 
+/// One of a source's most recent history rows ([`Timeline::recent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recent {
+    /// The event.
+    pub event_id: crate::EventId,
+    /// What happened.
+    pub outcome: HistoryOutcome,
+    /// When, by the store's clock.
+    pub at: Timestamp,
+    /// The attempt the row speaks of.
+    pub attempt: Option<u32>,
+}
+
 /// Deliveries over time, counted by the store from its history (bounded: one source, one
-/// window, an index on `(source, received_at)`).
+/// window, an index on `(source, received_at)`), and the most recent of them.
 pub trait Timeline: Send + Sync {
+    /// `source`'s most recent history rows, newest first, at most `limit` (one index walk
+    /// backwards from now).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn recent(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+    ) -> impl Future<Output = Result<Vec<Recent>, StoreError>> + Send;
+
     /// `source`'s history rows in the `buckets` buckets of `bucket_secs` seconds each that end
     /// with the one holding the store's now (by its own clock), counted per outcome.
     ///

@@ -252,6 +252,7 @@ macro_rules! inbox_conformance_tests {
             concurrent_takes_never_share_an_item,
             boot_frees_items_of_earlier_boots,
             requeue_queues_a_done_event_again_with_its_reason,
+            queued_items_failures_and_filters_by_event,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemgate_core::HistoryRetention;
 use idemgate_core::advise::Observation;
 use idemgate_core::inbox::{
-    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
 use idemgate_core::store::{
     Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError,
@@ -170,6 +170,27 @@ impl AnyStore {
         }
     }
 
+    /// `source`'s most recent history rows, newest first ([`Timeline::recent`]), from the store
+    /// of record; `None` on the Redis store (its history is a stream per event).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    pub async fn recent(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+    ) -> Result<Option<Vec<idemgate_core::Recent>>, StoreError> {
+        match self.engine_of_record() {
+            Engine::Memory(s) => s.recent(source, limit).await.map(Some),
+            #[cfg(feature = "sqlite")]
+            Engine::Sqlite(s) => s.recent(source, limit).await.map(Some),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(s) => s.recent(source, limit).await.map(Some),
+            #[cfg(feature = "redis")]
+            Engine::Redis(_) => Ok(None),
+        }
+    }
+
     /// How far the host's wall clock is ahead of the store's (ms; negative: behind), for the
     /// embedded stores, which keep their own steady time ([`idemgate_core::SteadyClock`]): a
     /// wall-clock step shows here. `None` for the stores on a server's clock.
@@ -223,6 +244,22 @@ impl AnyStore {
                     .map_err(|e| crate::ErrorChain(&e).to_string()),
             ),
             Self::Plain(_) => None,
+        }
+    }
+
+    /// The store of record's schema version now and the newest this build knows, for the
+    /// engines with a schema (SQLite, PostgreSQL); `None` for the others.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn schema_version(&self) -> Result<Option<(i64, i64)>, StoreError> {
+        match self.engine_of_record() {
+            #[cfg(feature = "sqlite")]
+            Engine::Sqlite(s) => s.schema_version().await.map(Some),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(s) => s.schema_version().await.map(Some).map_err(StoreError::from),
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
         }
     }
 
@@ -809,15 +846,26 @@ impl Inbox for Engine {
     }
     async fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         match self {
-            Self::Memory(s) => s.dead_letters(source, limit).await,
+            Self::Memory(s) => s.dead_letters(filter, limit).await,
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.dead_letters(source, limit).await,
+            Self::Sqlite(s) => s.dead_letters(filter, limit).await,
             #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.dead_letters(source, limit).await,
+            Self::Postgres(s) => s.dead_letters(filter, limit).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => Ok(Vec::new()),
+        }
+    }
+    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        match self {
+            Self::Memory(s) => s.queued(key).await,
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.queued(key).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.queued(key).await,
             #[cfg(feature = "redis")]
             Self::Redis(_) => Ok(Vec::new()),
         }
@@ -921,10 +969,13 @@ impl Inbox for AnyStore {
     }
     async fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.engine_of_record().dead_letters(source, limit).await
+        self.engine_of_record().dead_letters(filter, limit).await
+    }
+    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        self.engine_of_record().queued(key).await
     }
     async fn replay_dead_letters(
         &self,

@@ -14,9 +14,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use idemgate_core::inbox::{
-    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
-use idemgate_core::{ClaimOutcome, ClaimRequest, Holder, SourceName, StoreError};
+use idemgate_core::{ClaimOutcome, ClaimRequest, EventId, Holder, Key, SourceName, StoreError};
 use tokio_postgres::types::ToSql;
 
 use crate::error::PgError;
@@ -33,6 +33,7 @@ const DEAD_LETTERS: &str = include_str!("../sql/inbox_dead_letters.sql");
 const REPLAY: &str = include_str!("../sql/inbox_replay.sql");
 const PURGE: &str = include_str!("../sql/inbox_purge.sql");
 const STATS: &str = include_str!("../sql/inbox_stats.sql");
+const QUEUED: &str = include_str!("../sql/inbox_queued.sql");
 
 /// How many times an enqueue that PostgreSQL aborted to break a deadlock is sent again.
 const DEADLOCK_RETRIES: usize = 3;
@@ -289,23 +290,41 @@ impl Inbox for PgStore {
         .await
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(source = source.map(SourceName::as_str), limit = limit.get()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(source = filter.source.as_ref().map(SourceName::as_str), limit = limit.get()))]
     async fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         const CONTEXT: &str = "reading dead letters";
+        let source = filter.source.as_ref().map(SourceName::as_str);
+        let since = filter.since.map(millis);
+        let event_id = filter.event_id.as_ref().map(EventId::as_str);
         let rows = self
             .inbox_query(
                 DEAD_LETTERS,
-                &[&source.map(SourceName::as_str), &i64::from(limit.get())],
+                &[&source, &i64::from(limit.get()), &since, &event_id],
                 CONTEXT,
             )
             .await?;
         Ok(rows
             .iter()
             .map(|r| row::dead_letter_of(r, CONTEXT))
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        const CONTEXT: &str = "reading an event's queue items";
+        let rows = self
+            .inbox_query(
+                QUEUED,
+                &[&key.source.as_str(), &key.event_id.as_str()],
+                CONTEXT,
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| row::queue_entry_of(r, CONTEXT))
             .collect::<Result<_, _>>()?)
     }
 
@@ -319,7 +338,8 @@ impl Inbox for PgStore {
         const CONTEXT: &str = "replaying dead letters";
         let source = filter.source.as_ref().map(SourceName::as_str);
         let since = filter.since.map(millis);
-        let params: [&(dyn ToSql + Sync); 3] = [&source, &since, &reason];
+        let event_id = filter.event_id.as_ref().map(EventId::as_str);
+        let params: [&(dyn ToSql + Sync); 4] = [&source, &since, &reason, &event_id];
         let rows = self
             .db()
             .with_partitions(0, || self.inbox_query(REPLAY, &params, CONTEXT))

@@ -67,10 +67,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "plan-proof hot path, late-duplicate horizon",
         sql: include_str!("../sql/migrations/0009_plan_proof.sql"),
     },
+    Migration {
+        version: 10,
+        name: "inbox attempts in history, queue items by key",
+        sql: include_str!("../sql/migrations/0010_inbox_truth.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,7 +312,9 @@ async fn check_mode(
 }
 
 /// The newest migration applied (0 for none).
-async fn schema_version(client: &impl tokio_postgres::GenericClient) -> Result<i64, PgError> {
+pub(crate) async fn schema_version(
+    client: &impl tokio_postgres::GenericClient,
+) -> Result<i64, PgError> {
     const CONTEXT: &str = "reading the schema version";
     let row = client
         .query_one(

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
-use idemgate_core::inbox::{AttemptLog, DeadLetter, InboxStats, ItemRef, QueuedItem, Taken};
+use idemgate_core::inbox::{
+    AttemptLog, DeadLetter, InboxStats, ItemRef, LastFailure, QueueEntry, QueuedItem, Taken,
+};
 use idemgate_core::{
-    Boot, ClaimOutcome, ClaimToken, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
+    Boot, ClaimOutcome, ClaimToken, EventId, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
     InstanceName, Key, LiveBoot, Record, RecordState, SourceName, SourceStats, Timestamp,
 };
 use tokio_postgres::Row;
@@ -266,6 +268,33 @@ pub(crate) fn taken_of(row: &Row, context: &'static str) -> Result<Taken, PgErro
 
 /// One row of `sql/inbox_dead_letters.sql`, its attempts included.
 pub(crate) fn dead_letter_of(row: &Row, context: &'static str) -> Result<DeadLetter, PgError> {
+    Ok(DeadLetter {
+        id: get(row, "id", context)?,
+        key: key_of(row, context)?,
+        queued: queued_of(row, context)?,
+        received_at: Timestamp::from_millis(get(row, "received_ms", context)?),
+        dead_at: Timestamp::from_millis(get(row, "dead_ms", context)?),
+        attempts: attempts_of(row, context)?,
+    })
+}
+
+/// One row of `sql/inbox_queued.sql`.
+pub(crate) fn queue_entry_of(row: &Row, context: &'static str) -> Result<QueueEntry, PgError> {
+    let attempt: i32 = get(row, "attempt", context)?;
+    Ok(QueueEntry {
+        id: get(row, "id", context)?,
+        received_at: Timestamp::from_millis(get(row, "received_ms", context)?),
+        due_at: Timestamp::from_millis(get(row, "due_ms", context)?),
+        attempt: u32::try_from(attempt).map_err(|_| unexpected(context, "a negative attempt"))?,
+        in_flight_until: get::<Option<i64>>(row, "in_flight_until_ms", context)?
+            .map(Timestamp::from_millis),
+        dead_at: get::<Option<i64>>(row, "dead_ms", context)?.map(Timestamp::from_millis),
+        attempts: attempts_of(row, context)?,
+    })
+}
+
+/// The attempt arrays of a row of `sql/inbox_dead_letters.sql` or `sql/inbox_queued.sql`.
+fn attempts_of(row: &Row, context: &'static str) -> Result<Vec<AttemptLog>, PgError> {
     // NULL arrays: no attempt was logged.
     let numbers: Vec<i32> = get::<Option<_>>(row, "attempts", context)?.unwrap_or_default();
     let ats: Vec<i64> = get::<Option<_>>(row, "ats_ms", context)?.unwrap_or_default();
@@ -275,33 +304,29 @@ pub(crate) fn dead_letter_of(row: &Row, context: &'static str) -> Result<DeadLet
     if [ats.len(), statuses.len(), errors.len()] != [numbers.len(); 3] {
         return Err(unexpected(context, "attempt arrays of different lengths"));
     }
-    let attempts = numbers
+    numbers
         .into_iter()
         .zip(ats)
         .zip(statuses)
         .zip(errors)
-        .map(|(((attempt, at), status), error)| {
-            Ok(AttemptLog {
-                attempt: u32::try_from(attempt)
-                    .map_err(|_| unexpected(context, "a negative attempt"))?,
-                at: Timestamp::from_millis(at),
-                status: status
-                    .map(|s| {
-                        u16::try_from(s)
-                            .map_err(|_| unexpected(context, format!("a status of {s}")))
-                    })
-                    .transpose()?,
-                error,
-            })
-        })
-        .collect::<Result<_, PgError>>()?;
-    Ok(DeadLetter {
-        id: get(row, "id", context)?,
-        key: key_of(row, context)?,
-        queued: queued_of(row, context)?,
-        received_at: Timestamp::from_millis(get(row, "received_ms", context)?),
-        dead_at: Timestamp::from_millis(get(row, "dead_ms", context)?),
-        attempts,
+        .map(|(((attempt, at), status), error)| attempt_log(context, attempt, at, status, error))
+        .collect()
+}
+
+fn attempt_log(
+    context: &'static str,
+    attempt: i32,
+    at: i64,
+    status: Option<i32>,
+    error: String,
+) -> Result<AttemptLog, PgError> {
+    Ok(AttemptLog {
+        attempt: u32::try_from(attempt).map_err(|_| unexpected(context, "a negative attempt"))?,
+        at: Timestamp::from_millis(at),
+        status: status
+            .map(|s| u16::try_from(s).map_err(|_| unexpected(context, format!("a status of {s}"))))
+            .transpose()?,
+        error,
     })
 }
 
@@ -314,5 +339,19 @@ pub(crate) fn inbox_stats_of(row: &Row, context: &'static str) -> Result<InboxSt
         in_flight: count(get(row, "in_flight", context)?),
         dead: count(get(row, "dead", context)?),
         oldest_pending: get::<Option<i64>>(row, "oldest_pending_ms", context)?.map(ms),
+        failing: count(get(row, "failing", context)?),
+        last_failure: match get::<Option<String>>(row, "failed_event_id", context)? {
+            None => None,
+            Some(event_id) => Some(LastFailure {
+                event_id: EventId::new(event_id).map_err(|e| unexpected(context, e.to_string()))?,
+                attempt: attempt_log(
+                    context,
+                    get(row, "failed_attempt", context)?,
+                    get(row, "failed_ms", context)?,
+                    get(row, "failed_status", context)?,
+                    get(row, "failed_error", context)?,
+                )?,
+            }),
+        },
     })
 }

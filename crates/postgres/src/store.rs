@@ -145,6 +145,17 @@ impl PgStore {
         &self.inner.db
     }
 
+    /// The schema's version as the database holds it now, beside the newest this build knows
+    /// ([`crate::SCHEMA_VERSION`]): a newer binary may have migrated it since this one started.
+    ///
+    /// # Errors
+    /// [`PgError::Pool`], [`PgError::Db`].
+    pub async fn schema_version(&self) -> Result<(i64, i64), PgError> {
+        let client = self.db().client().await?;
+        let found = migrate::schema_version(&**client).await?;
+        Ok((found, migrate::SCHEMA_VERSION))
+    }
+
     /// Completes (`release` false) or releases the claim `token` holds, through the batcher.
     async fn finish(&self, token: &ClaimToken, release: bool) -> Result<(), StoreError> {
         let Ok(attempt) = i32::try_from(token.attempt) else {
@@ -434,11 +445,13 @@ impl HistoryQuery for PgStore {
             let source: &str = row::get(row, "source", CONTEXT)?;
             let outcome: &str = row::get(row, "outcome", CONTEXT)?;
             let gap: Option<i64> = row::get(row, "gap_ms", CONTEXT)?;
+            let age: i64 = row::get(row, "age_ms", CONTEXT)?;
             // Only valid names and known outcomes are ever stored.
             if let (Ok(source), Some(outcome)) =
                 (SourceName::new(source), HistoryOutcome::parse(outcome))
             {
-                tally.add(source, outcome, gap.map(ms));
+                tally.add(source.clone(), outcome, gap.map(ms));
+                tally.seen(&source, ms(age));
             }
         }
         Ok(tally.finish(period))
@@ -446,6 +459,38 @@ impl HistoryQuery for PgStore {
 }
 
 impl Timeline for PgStore {
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %source))]
+    async fn recent(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::Recent>, StoreError> {
+        const CONTEXT: &str = "reading recent history";
+        let client = self.inner.db.client().await?;
+        let rows = client
+            .query(
+                include_str!("../sql/recent.sql"),
+                &[&source.as_str(), &i64::from(limit.get())],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let mut recent = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let outcome: &str = row::get(row, "outcome", CONTEXT)?;
+            let event_id: &str = row::get(row, "event_id", CONTEXT)?;
+            let attempt: Option<i32> = row::get(row, "attempt", CONTEXT)?;
+            recent.push(idemgate_core::Recent {
+                event_id: idemgate_core::EventId::new(event_id)
+                    .map_err(|e| row::unexpected(CONTEXT, e.to_string()))?,
+                outcome: HistoryOutcome::parse(outcome)
+                    .ok_or_else(|| row::unexpected(CONTEXT, format!("outcome {outcome:?}")))?,
+                at: Timestamp::from_millis(row::get(row, "at_ms", CONTEXT)?),
+                attempt: attempt.and_then(|a| u32::try_from(a).ok()),
+            });
+        }
+        Ok(recent)
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(source = %source))]
     async fn timeline(
         &self,

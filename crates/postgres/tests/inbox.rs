@@ -469,7 +469,10 @@ async fn a_dead_letter_keeps_its_body_and_every_attempt() {
         "a dead letter is never taken"
     );
 
-    let dead = store.dead_letters(Some(&k.source), n(10)).await.unwrap();
+    let dead = store
+        .dead_letters(&ReplayFilter::source(Some(&k.source)), n(10))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
     assert_eq!((d.id, &d.key), (first.item.id, &k));
@@ -491,12 +494,18 @@ async fn a_dead_letter_keeps_its_body_and_every_attempt() {
     assert!(d.attempts[0].at <= d.attempts[1].at);
     assert!(
         store
-            .dead_letters(Some(&source("other")), n(10))
+            .dead_letters(&ReplayFilter::source(Some(&source("other"))), n(10))
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.dead_letters(None, n(10)).await.unwrap(), dead);
+    assert_eq!(
+        store
+            .dead_letters(&ReplayFilter::default(), n(10))
+            .await
+            .unwrap(),
+        dead
+    );
 
     let history = store.lookup(&k).await.unwrap().history;
     let last = history.last().unwrap();
@@ -547,11 +556,13 @@ async fn a_replay_gives_a_fresh_budget_and_records_its_reason() {
     let all_hooks = ReplayFilter {
         source: Some(k.source.clone()),
         since: None,
+        event_id: None,
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let too_recent = ReplayFilter {
         source: None,
         since: Some(Duration::from_millis(10)),
+        event_id: None,
     };
     assert_eq!(
         store.replay_dead_letters(&too_recent, "no").await.unwrap(),
@@ -565,7 +576,10 @@ async fn a_replay_gives_a_fresh_budget_and_records_its_reason() {
         1
     );
     // Only the other source's dead letter is left.
-    let left = store.dead_letters(None, n(10)).await.unwrap();
+    let left = store
+        .dead_letters(&ReplayFilter::default(), n(10))
+        .await
+        .unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key, other);
 
@@ -598,7 +612,13 @@ async fn a_replay_gives_a_fresh_budget_and_records_its_reason() {
         store.replay_dead_letters(&everything, "all").await.unwrap(),
         1
     );
-    assert!(store.dead_letters(None, n(10)).await.unwrap().is_empty());
+    assert!(
+        store
+            .dead_letters(&ReplayFilter::default(), n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -619,7 +639,13 @@ async fn purge_removes_old_dead_letters_in_bounded_batches() {
     assert_eq!(store.purge_dead_letters(recent, n(1)).await.unwrap(), 1);
     assert_eq!(store.purge_dead_letters(recent, n(1)).await.unwrap(), 1);
     assert_eq!(store.purge_dead_letters(recent, n(1)).await.unwrap(), 0);
-    assert!(store.dead_letters(None, n(10)).await.unwrap().is_empty());
+    assert!(
+        store
+            .dead_letters(&ReplayFilter::default(), n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         scalar(&guard.schema, "SELECT count(*) FROM inbox_attempts").await,
         0,

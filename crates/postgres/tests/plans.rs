@@ -253,7 +253,29 @@ async fn exercise(store: &PgStore) {
     r.mode = ClaimMode::OnReceipt;
     store.requeue(r, item(), "plans").await.unwrap();
     store
-        .dead_letters(Some(&source(queue)), NonZeroU32::new(10).unwrap())
+        .dead_letters(
+            &ReplayFilter::source(Some(&source(queue))),
+            NonZeroU32::new(10).unwrap(),
+        )
+        .await
+        .unwrap();
+    // One event's dead letter, and one event's items (`lookup`, `replay --event-id`).
+    store
+        .dead_letters(
+            &ReplayFilter {
+                source: Some(source(queue)),
+                since: Some(Duration::from_secs(3_600)),
+                event_id: Some(queued[2].event_id.clone()),
+            },
+            NonZeroU32::new(10).unwrap(),
+        )
+        .await
+        .unwrap();
+    for k in &queued {
+        store.queued(k).await.unwrap();
+    }
+    // The dashboard's latest deliveries of a source.
+    idemgate_core::Timeline::recent(store, &source(queue), NonZeroU32::new(10).unwrap())
         .await
         .unwrap();
     store
@@ -261,6 +283,7 @@ async fn exercise(store: &PgStore) {
             &ReplayFilter {
                 source: Some(source(queue)),
                 since: None,
+                event_id: None,
             },
             "plans",
         )

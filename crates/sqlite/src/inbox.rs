@@ -6,8 +6,8 @@
 //! when the claim is won, the item, in the same command. A report (`delivered`, `retry_later`,
 //! `dead_letter`) is fenced by the item's id and attempt and by its being taken (`lease_until`
 //! set): a lapsed lease is still the reporter's while nobody took the item again. History rows:
-//! `completed` (processed) on delivery; `dead_lettered` and `replayed` (with the reason in
-//! `note`) not processed, as the event was never delivered. They never undo the enqueue's
+//! `completed` (processed) on delivery; `attempt_failed` and `dead_lettered` (with the error in
+//! `note`) and `replayed` (with the reason) not processed, as the event was never delivered. They never undo the enqueue's
 //! processed `claimed` row: late-duplicate detection reads only processed and `released` rows.
 
 use std::num::NonZeroU32;
@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use idemgate_core::claim::{ClaimMode, ClaimOutcome, ClaimRequest, HistoryOutcome, Holder};
 use idemgate_core::inbox::{
-    AttemptLog, DeadLetter, Failure, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    AttemptLog, DeadLetter, Failure, InboxStats, ItemRef, LastFailure, QueueEntry, QueuedItem,
+    ReplayFilter, Taken,
 };
 use idemgate_core::store::StoreError;
 use idemgate_core::{InstanceName, Key, SourceName, Timestamp};
@@ -324,6 +325,14 @@ pub(crate) fn retry_later(
             return Ok(false);
         }
         log_attempt(conn, item, failure, now)?;
+        append(
+            conn,
+            &item.key,
+            HistoryOutcome::AttemptFailed,
+            item.attempt,
+            now,
+            Some(&failure.error),
+        )?;
         Ok(true)
     })
 }
@@ -354,7 +363,7 @@ pub(crate) fn dead_letter(
             HistoryOutcome::DeadLettered,
             item.attempt,
             now,
-            None,
+            Some(&failure.error),
         )?;
         Ok(true)
     })
@@ -371,7 +380,7 @@ pub(crate) fn replay(
             .prepare_cached(
                 "UPDATE inbox_items SET dead_at = NULL, due_at = ?1, tries = 0 \
                  WHERE dead_at IS NOT NULL AND (?2 IS NULL OR source = ?2) \
-                   AND (?3 IS NULL OR dead_at >= ?3) \
+                   AND (?3 IS NULL OR dead_at >= ?3) AND (?4 IS NULL OR event_id = ?4) \
                  RETURNING id, source, event_id, attempt",
             )?
             .query_map(
@@ -379,6 +388,7 @@ pub(crate) fn replay(
                     now.as_millis(),
                     filter.source.as_ref().map(SourceName::as_str),
                     filter.since.map(|d| now.minus(d).as_millis()),
+                    filter.event_id.as_ref().map(|e| e.as_str()),
                 ],
                 |r| Ok((r.get::<_, i64>(0)?, key_at(r, 1, 2)?, r.get::<_, u32>(3)?)),
             )?
@@ -433,30 +443,43 @@ pub(crate) fn free_held(
 
 pub(crate) fn read_dead_letters(
     conn: &Connection,
-    source: Option<&str>,
+    filter: &ReplayFilter,
     limit: NonZeroU32,
+    now: Timestamp,
 ) -> rusqlite::Result<Vec<DeadLetter>> {
     // Two statements, so that one source's are found by inbox_by_source (an `?1 IS NULL OR`
     // would scan the queue for them too).
-    let query = if source.is_some() {
+    let query = if filter.source.is_some() {
         "SELECT id, source, event_id, body, content_type, received_at, dead_at \
-         FROM inbox_items WHERE source = ?1 AND dead_at IS NOT NULL ORDER BY id LIMIT ?2"
+         FROM inbox_items WHERE source = ?1 AND dead_at IS NOT NULL \
+           AND (?3 IS NULL OR dead_at >= ?3) AND (?4 IS NULL OR event_id = ?4) \
+         ORDER BY dead_at, id LIMIT ?2"
     } else {
         "SELECT id, source, event_id, body, content_type, received_at, dead_at \
-         FROM inbox_items WHERE dead_at IS NOT NULL AND ?1 IS NULL ORDER BY id LIMIT ?2"
+         FROM inbox_items WHERE dead_at IS NOT NULL AND ?1 IS NULL \
+           AND (?3 IS NULL OR dead_at >= ?3) AND (?4 IS NULL OR event_id = ?4) \
+         ORDER BY dead_at, id LIMIT ?2"
     };
     let rows = conn
         .prepare_cached(query)?
-        .query_map(params![source, limit.get()], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                key_at(r, 1, 2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                Timestamp::from_millis(r.get(5)?),
-                Timestamp::from_millis(r.get(6)?),
-            ))
-        })?
+        .query_map(
+            params![
+                filter.source.as_ref().map(SourceName::as_str),
+                limit.get(),
+                filter.since.map(|d| now.minus(d).as_millis()),
+                filter.event_id.as_ref().map(|e| e.as_str()),
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    key_at(r, 1, 2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    Timestamp::from_millis(r.get(5)?),
+                    Timestamp::from_millis(r.get(6)?),
+                ))
+            },
+        )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     rows.into_iter()
         .map(|(id, key, body, content_type, received_at, dead_at)| {
@@ -476,6 +499,45 @@ pub(crate) fn read_dead_letters(
         .collect()
 }
 
+/// `key`'s queue items, oldest first, with their failed attempts (through inbox_by_key).
+pub(crate) fn read_queued(
+    conn: &Connection,
+    key: &Key,
+    now: Timestamp,
+) -> rusqlite::Result<Vec<QueueEntry>> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT id, received_at, due_at, attempt, lease_until, dead_at FROM inbox_items \
+             WHERE source = ?1 AND event_id = ?2 ORDER BY id",
+        )?
+        .query_map(params![key.source.as_str(), key.event_id.as_str()], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, u32>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, Option<i64>>(5)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(id, received_at, due_at, attempt, lease_until, dead_at)| {
+            Ok(QueueEntry {
+                id,
+                received_at: Timestamp::from_millis(received_at),
+                due_at: Timestamp::from_millis(due_at),
+                attempt,
+                in_flight_until: lease_until
+                    .filter(|until| dead_at.is_none() && *until > now.as_millis())
+                    .map(Timestamp::from_millis),
+                dead_at: dead_at.map(Timestamp::from_millis),
+                attempts: attempts(conn, id)?,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<Vec<InboxStats>> {
     conn.prepare_cached(include_str!("../sql/inbox_stats.sql"))?
         .query_map(params![now.as_millis()], |r| {
@@ -489,6 +551,20 @@ pub(crate) fn read_stats(conn: &Connection, now: Timestamp) -> rusqlite::Result<
                 oldest_pending: r
                     .get::<_, Option<i64>>(4)?
                     .map(|oldest| now.since(Timestamp::from_millis(oldest))),
+                failing: r.get::<_, i64>(5)? as u64,
+                last_failure: match r.get::<_, Option<String>>(6)? {
+                    None => None,
+                    Some(event_id) => Some(LastFailure {
+                        event_id: idemgate_core::EventId::new(event_id.clone())
+                            .map_err(|_| unreadable(6, "queue item event id", event_id))?,
+                        attempt: AttemptLog {
+                            attempt: r.get(7)?,
+                            at: Timestamp::from_millis(r.get(8)?),
+                            status: r.get(9)?,
+                            error: r.get(10)?,
+                        },
+                    }),
+                },
             })
         })?
         .collect()

@@ -52,7 +52,7 @@ use crate::inbox::TakeArgs;
 use crate::writer::Command;
 pub use crate::writer::WriterStats;
 use idemgate_core::inbox::{
-    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
 
 /// The database file's name inside the data directory.
@@ -69,6 +69,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0004_history_by_source_time.sql"),
     include_str!("../sql/0005_completed.sql"),
     include_str!("../sql/0006_boot_leases.sql"),
+    include_str!("../sql/0007_inbox_by_key.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
@@ -159,12 +160,14 @@ impl SqliteStore {
         let dir = dir.as_ref();
         let path = dir.join(DB_FILE);
         if !path.is_file() {
+            // Where it looked, whole: a relative path read from another directory is the usual
+            // mistake, and `migrate` there would only make an empty store.
+            let looked = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
             return Err(StoreError::NoStore {
                 what: format!(
-                    "no idemgate store in {} (expected {}); run idemgate migrate --data-dir {}, or pass --data-dir, --postgres or --config",
+                    "no idemgate store in {} (looked for {}); point the command at the store the gateway uses: --data-dir with its store.path, --config with its config file (or IDEMGATE_DATA_DIR, IDEMGATE_CONFIG), or --postgres",
                     dir.display(),
-                    path.display(),
-                    dir.display()
+                    looked.display(),
                 ),
             });
         }
@@ -251,6 +254,20 @@ impl SqliteStore {
             .send(make(tx))
             .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The schema's version as the file holds it now (`PRAGMA user_version`), beside the newest
+    /// this build knows ([`SCHEMA_VERSION`]): a newer binary may have migrated it since.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    pub async fn schema_version(&self) -> Result<(i64, i64), StoreError> {
+        self.read(|conn, _| {
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map(|found| (found, SCHEMA_VERSION))
+                .map_err(sql("cannot read the schema version"))
+        })
+        .await
     }
 
     /// Runs `f` on a reader connection on the blocking pool.
@@ -545,15 +562,17 @@ impl HistoryQuery for SqliteStore {
                 let source: String = row.get(0).map_err(failed())?;
                 let outcome: String = row.get(1).map_err(failed())?;
                 let gap: Option<i64> = row.get(2).map_err(failed())?;
+                let at: i64 = row.get(3).map_err(failed())?;
                 // Only valid names and known outcomes are ever stored.
                 if let (Ok(source), Some(outcome)) =
                     (SourceName::new(source), HistoryOutcome::parse(&outcome))
                 {
                     tally.add(
-                        source,
+                        source.clone(),
                         outcome,
                         gap.map(|ms| Duration::from_millis(ms.max(0) as u64)),
                     );
+                    tally.seen(&source, now.since(Timestamp::from_millis(at)));
                 }
             }
             Ok(tally.finish(period))
@@ -563,6 +582,45 @@ impl HistoryQuery for SqliteStore {
 }
 
 impl Timeline for SqliteStore {
+    #[tracing::instrument(name = "sqlite_recent", level = "debug", skip(self))]
+    async fn recent(
+        &self,
+        source: &SourceName,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::Recent>, StoreError> {
+        let source = source.as_str().to_owned();
+        self.read(move |conn, _| {
+            let failed = || sql("cannot read recent history");
+            // Walks history_by_source_time backwards from now.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT event_id, outcome, received_at, attempt FROM history \
+                     WHERE source = ?1 ORDER BY received_at DESC LIMIT ?2",
+                )
+                .map_err(failed())?;
+            let mut rows = stmt.query(params![source, limit.get()]).map_err(failed())?;
+            let mut recent = Vec::new();
+            while let Some(row) = rows.next().map_err(failed())? {
+                let event_id: String = row.get(0).map_err(failed())?;
+                let outcome: String = row.get(1).map_err(failed())?;
+                let (Ok(event_id), Some(outcome)) = (
+                    idemgate_core::EventId::new(event_id),
+                    HistoryOutcome::parse(&outcome),
+                ) else {
+                    continue;
+                };
+                recent.push(idemgate_core::Recent {
+                    event_id,
+                    outcome,
+                    at: Timestamp::from_millis(row.get(2).map_err(failed())?),
+                    attempt: row.get(3).map_err(failed())?,
+                });
+            }
+            Ok(recent)
+        })
+        .await
+    }
+
     #[tracing::instrument(name = "sqlite_timeline", level = "debug", skip(self))]
     async fn timeline(
         &self,
@@ -672,16 +730,25 @@ impl Inbox for SqliteStore {
             .await
     }
 
-    #[tracing::instrument(name = "sqlite_dead_letters", level = "debug", skip_all, fields(source = source.map(SourceName::as_str)))]
+    #[tracing::instrument(name = "sqlite_dead_letters", level = "debug", skip_all, fields(source = filter.source.as_ref().map(SourceName::as_str)))]
     async fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let source = source.map(|s| s.as_str().to_owned());
-        self.read(move |conn, _| {
-            inbox::read_dead_letters(conn, source.as_deref(), limit)
+        let filter = filter.clone();
+        self.read(move |conn, now| {
+            inbox::read_dead_letters(conn, &filter, limit, now)
                 .map_err(sql("cannot read dead letters"))
+        })
+        .await
+    }
+
+    #[tracing::instrument(name = "sqlite_queued", level = "debug", skip_all, fields(source = %key.source, event_id = %key.event_id))]
+    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        let key = key.clone();
+        self.read(move |conn, now| {
+            inbox::read_queued(conn, &key, now).map_err(sql("cannot read an event's queue items"))
         })
         .await
     }

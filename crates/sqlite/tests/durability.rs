@@ -300,7 +300,10 @@ async fn an_answered_enqueue_survives_reopening() {
         store.enqueue(req("evt_q"), item()).await.unwrap(),
         ClaimOutcome::Duplicate { .. }
     ));
-    let dead = store.dead_letters(None, one).await.unwrap();
+    let dead = store
+        .dead_letters(&ReplayFilter::default(), one)
+        .await
+        .unwrap();
     assert_eq!((dead.len(), dead[0].attempts.len()), (1, 1), "{dead:?}");
     assert_eq!(dead[0].queued, item());
     // The first take's lease outlived the store: the item is due once the lease lapses (or the

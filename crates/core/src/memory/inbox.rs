@@ -1,7 +1,8 @@
 //! The in-memory store's inbox queue: items beside the records, under the store's one mutex.
 //!
 //! History rows the queue writes: `completed` (processed) when an item is delivered,
-//! `dead_lettered` and `replayed` (not processed) when it dies and comes back. A dead letter was
+//! `attempt_failed` (with the error in `note`) for each attempt retried later, `dead_lettered`
+//! (with the last error) and `replayed` (not processed) when it dies and comes back. A dead letter was
 //! never delivered, so its row does not claim the event was processed; nor does it undo the
 //! enqueue's `claimed` row (processed, as every on-receipt claim is): [`crate::Prior`] reads
 //! only processed and `released` rows, so a delivery after the record's TTL is still a late
@@ -14,7 +15,8 @@ use std::time::Duration;
 use super::{MemoryStore, State};
 use crate::claim::{ClaimMode, ClaimOutcome, ClaimRequest, HistoryEntry, HistoryOutcome, Holder};
 use crate::inbox::{
-    AttemptLog, DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken,
+    AttemptLog, DeadLetter, Failure, Inbox, InboxStats, ItemRef, LastFailure, QueueEntry,
+    QueuedItem, ReplayFilter, Taken,
 };
 use crate::key::{InstanceName, Key, SourceName};
 use crate::store::StoreError;
@@ -236,6 +238,14 @@ impl Inbox for MemoryStore {
         it.due_at = now.plus(delay);
         it.lease_until = None;
         it.holder = None;
+        let key = it.key.clone();
+        st.append_inbox(
+            &key,
+            HistoryOutcome::AttemptFailed,
+            item.attempt,
+            now,
+            Some(&failure.error),
+        );
         Ok(())
     }
 
@@ -248,31 +258,59 @@ impl Inbox for MemoryStore {
         it.lease_until = None;
         it.holder = None;
         let key = it.key.clone();
-        st.append_inbox(&key, HistoryOutcome::DeadLettered, item.attempt, now, None);
+        st.append_inbox(
+            &key,
+            HistoryOutcome::DeadLettered,
+            item.attempt,
+            now,
+            Some(&failure.error),
+        );
         Ok(())
     }
 
     async fn dead_letters(
         &self,
-        source: Option<&SourceName>,
+        filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
+        let now = self.clock.now();
         let st = self.state();
-        Ok(st
+        let mut dead: Vec<DeadLetter> = st
             .items
             .iter()
-            .filter(|(_, it)| source.is_none_or(|s| it.key.source == *s))
             .filter_map(|(&id, it)| {
-                Some(DeadLetter {
+                let dead_at = it.dead_at?;
+                filter.selects(&it.key, dead_at, now).then(|| DeadLetter {
                     id,
                     key: it.key.clone(),
                     queued: it.queued.clone(),
                     received_at: it.received_at,
-                    dead_at: it.dead_at?,
+                    dead_at,
                     attempts: it.attempts.clone(),
                 })
             })
-            .take(limit.get() as usize)
+            .collect();
+        dead.sort_by_key(|d| (d.dead_at, d.id));
+        dead.truncate(limit.get() as usize);
+        Ok(dead)
+    }
+
+    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        let now = self.clock.now();
+        let st = self.state();
+        Ok(st
+            .items
+            .iter()
+            .filter(|(_, it)| it.key == *key)
+            .map(|(&id, it)| QueueEntry {
+                id,
+                received_at: it.received_at,
+                due_at: it.due_at,
+                attempt: it.attempt,
+                in_flight_until: it.lease_until.filter(|_| it.in_flight(now)),
+                dead_at: it.dead_at,
+                attempts: it.attempts.clone(),
+            })
             .collect())
     }
 
@@ -283,11 +321,11 @@ impl Inbox for MemoryStore {
     ) -> Result<u64, StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
-        let since = filter.since.map(|d| now.minus(d));
         let mut replayed = Vec::new();
         for item in st.items.values_mut() {
-            let selected = item.dead_at.is_some_and(|at| since.is_none_or(|s| at >= s))
-                && filter.source.as_ref().is_none_or(|s| item.key.source == *s);
+            let selected = item
+                .dead_at
+                .is_some_and(|at| filter.selects(&item.key, at, now));
             if selected {
                 item.dead_at = None;
                 item.due_at = now;
@@ -332,10 +370,25 @@ impl Inbox for MemoryStore {
                 in_flight: 0,
                 dead: 0,
                 oldest_pending: None,
+                failing: 0,
+                last_failure: None,
             });
+            if let Some(last) = item.attempts.last()
+                && s.last_failure
+                    .as_ref()
+                    .is_none_or(|l| (l.attempt.at, l.attempt.attempt) < (last.at, last.attempt))
+            {
+                s.last_failure = Some(LastFailure {
+                    event_id: item.key.event_id.clone(),
+                    attempt: last.clone(),
+                });
+            }
             if item.dead_at.is_some() {
                 s.dead += 1;
                 continue;
+            }
+            if !item.attempts.is_empty() {
+                s.failing += 1;
             }
             if item.in_flight(now) {
                 s.in_flight += 1;

@@ -179,6 +179,13 @@ impl idemgate_core::HistoryQuery for TestStore {
 }
 
 impl idemgate_core::Timeline for TestStore {
+    async fn recent(
+        &self,
+        source: &idemgate_core::SourceName,
+        limit: std::num::NonZeroU32,
+    ) -> Result<Vec<idemgate_core::Recent>, StoreError> {
+        self.store.recent(source, limit).await
+    }
     async fn timeline(
         &self,
         source: &idemgate_core::SourceName,
@@ -244,10 +251,13 @@ impl idemgate_core::inbox::Inbox for TestStore {
     }
     async fn dead_letters(
         &self,
-        source: Option<&idemgate_core::SourceName>,
+        filter: &inbox::ReplayFilter,
         limit: std::num::NonZeroU32,
     ) -> Result<Vec<inbox::DeadLetter>, StoreError> {
-        self.store.dead_letters(source, limit).await
+        self.store.dead_letters(filter, limit).await
+    }
+    async fn queued(&self, key: &idemgate_core::Key) -> Result<Vec<inbox::QueueEntry>, StoreError> {
+        self.store.queued(key).await
     }
     async fn replay_dead_letters(
         &self,

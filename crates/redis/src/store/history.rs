@@ -122,7 +122,7 @@ impl RedisStore {
                         .query_async(&mut conn)
                         .await
                         .map_err(RedisError::command("XRANGE"))?;
-                    for (_, fields) in &entries {
+                    for (id, fields) in &entries {
                         let field = |name: &str| {
                             fields
                                 .chunks(2)
@@ -138,6 +138,13 @@ impl RedisStore {
                             .and_then(|g| g.parse().ok())
                             .map(Duration::from_millis);
                         tally.add(source.clone(), outcome, gap);
+                        // A stream entry's id starts with its time, by the server's clock.
+                        if let Some(at) = id.split('-').next().and_then(|t| t.parse::<i64>().ok()) {
+                            tally.seen(
+                                &source,
+                                Duration::from_millis(u64::try_from(now - at).unwrap_or(0)),
+                            );
+                        }
                     }
                     match entries.last() {
                         Some((id, _)) if entries.len() == PAGE => from = format!("({id}"),

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::inbox::{Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken};
+use crate::key::EventId;
 use crate::key::SourceName;
 use std::time::Duration;
 
@@ -280,7 +281,7 @@ where
     assert!(take(&store, &src, 10, LONG_LEASE).await.is_empty());
     assert!(
         store
-            .dead_letters(Some(&src), n(10))
+            .dead_letters(&ReplayFilter::source(Some(&src)), n(10))
             .await
             .unwrap()
             .is_empty()
@@ -326,8 +327,17 @@ where
     assert_eq!(second.item.id, first.item.id);
     assert_eq!((second.item.attempt, second.tries), (2, 2));
     assert_eq!(second.queued, queued(1));
-    // A retry writes no history row: history says what became of the event, not of each try.
-    assert_eq!(outcomes(&store, &key).await, [HistoryOutcome::Claimed]);
+    // Each failed try is in history, with its error, so the event's story outlives its item.
+    assert_eq!(
+        outcomes(&store, &key).await,
+        [HistoryOutcome::Claimed, HistoryOutcome::AttemptFailed]
+    );
+    let view = store.lookup(&key).await.unwrap();
+    let row = view.history.last().unwrap();
+    assert_eq!(
+        (row.processed, row.attempt, row.note.as_deref()),
+        (false, Some(1), Some("downstream answered 503"))
+    );
 }
 
 pub async fn dead_letter_keeps_body_and_attempts<H>(h: &H)
@@ -359,7 +369,10 @@ where
     );
     assert_stale(store.delivered(second.item.clone()).await);
     assert_stale(store.dead_letter(second.item.clone(), &b).await);
-    let dead = store.dead_letters(Some(&src), n(10)).await.unwrap();
+    let dead = store
+        .dead_letters(&ReplayFilter::source(Some(&src)), n(10))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
     assert_eq!((d.id, &d.key), (first.item.id, &key));
@@ -381,11 +394,14 @@ where
     assert!(d.attempts[0].at <= d.attempts[1].at);
     assert_eq!(d.attempts[1].at, d.dead_at);
     // Listed with every source too; not with another one.
-    let all = store.dead_letters(None, n(100)).await.unwrap();
+    let all = store
+        .dead_letters(&ReplayFilter::default(), n(100))
+        .await
+        .unwrap();
     assert!(all.iter().any(|x| x.id == d.id), "{all:?}");
     assert!(
         store
-            .dead_letters(Some(&source()), n(10))
+            .dead_letters(&ReplayFilter::source(Some(&source())), n(10))
             .await
             .unwrap()
             .is_empty()
@@ -393,10 +409,27 @@ where
     // Never delivered, so the row is not processed; the record is still done, so the sender's
     // retries are duplicates.
     let view = store.lookup(&key).await.unwrap();
-    let row = view.history.last().unwrap();
+    let rows: Vec<_> = view
+        .history
+        .iter()
+        .map(|r| (r.outcome, r.processed, r.attempt, r.note.as_deref()))
+        .collect();
     assert_eq!(
-        (row.outcome, row.processed, row.attempt),
-        (HistoryOutcome::DeadLettered, false, Some(2))
+        rows[1..],
+        [
+            (
+                HistoryOutcome::AttemptFailed,
+                false,
+                Some(1),
+                Some("downstream answered 503")
+            ),
+            (
+                HistoryOutcome::DeadLettered,
+                false,
+                Some(2),
+                Some("timed out after 10s")
+            )
+        ]
     );
     assert!(matches!(
         store.enqueue(req(&key), queued(8)).await.unwrap(),
@@ -436,6 +469,7 @@ where
     let recent_only = ReplayFilter {
         source: Some(src.clone()),
         since: Some(Duration::from_millis(500)),
+        event_id: None,
     };
     let moved = store
         .replay_dead_letters(&recent_only, "downstream fixed")
@@ -462,7 +496,10 @@ where
         rows,
         [
             (HistoryOutcome::Claimed, None),
-            (HistoryOutcome::DeadLettered, None),
+            (
+                HistoryOutcome::DeadLettered,
+                Some("downstream answered 500")
+            ),
             (HistoryOutcome::Replayed, Some("downstream fixed"))
         ]
     );
@@ -474,7 +511,10 @@ where
         .dead_letter(again.item.clone(), &failure(Some(502), "bad gateway"))
         .await
         .unwrap();
-    let dead = store.dead_letters(Some(&src), n(10)).await.unwrap();
+    let dead = store
+        .dead_letters(&ReplayFilter::source(Some(&src)), n(10))
+        .await
+        .unwrap();
     let d = dead.iter().find(|d| d.id == recent.id).expect("dead again");
     let attempts: Vec<_> = d.attempts.iter().map(|l| l.attempt).collect();
     assert_eq!(attempts, [1, 2]);
@@ -495,7 +535,13 @@ where
         take_one(&store, &other, LONG_LEASE).await.item.id,
         elsewhere.id
     );
-    assert!(store.dead_letters(None, n(10)).await.unwrap().is_empty());
+    assert!(
+        store
+            .dead_letters(&ReplayFilter::default(), n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         store
             .replay_dead_letters(&ReplayFilter::default(), "nothing left")
@@ -521,7 +567,7 @@ where
     enqueued(&store, &live, 4).await;
     assert_eq!(store.purge_dead_letters(retention, n(10)).await.unwrap(), 1);
     let left: Vec<i64> = store
-        .dead_letters(Some(&src), n(10))
+        .dead_letters(&ReplayFilter::source(Some(&src)), n(10))
         .await
         .unwrap()
         .iter()
@@ -540,7 +586,13 @@ where
         batches.push(purged);
     }
     assert_eq!(batches, [1, 1]);
-    assert!(store.dead_letters(None, n(10)).await.unwrap().is_empty());
+    assert!(
+        store
+            .dead_letters(&ReplayFilter::default(), n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(take_one(&store, &src, LONG_LEASE).await.key, live);
 }
 
@@ -776,4 +828,135 @@ where
     assert!(matches!(first, ClaimOutcome::Claimed { .. }), "{first:?}");
     let dup = store.enqueue(req(&fresh), queued(4)).await.unwrap();
     assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
+}
+
+/// An event's queue items by key ([`Inbox::queued`]), what the stats say the downstream did
+/// lately ([`InboxStats::failing`], [`InboxStats::last_failure`]), and dead letters chosen by
+/// event id and age, listed and replayed by the same filter.
+pub async fn queued_items_failures_and_filters_by_event<H>(h: &H)
+where
+    H: Harness,
+    H::Store: Inbox,
+{
+    let store = h.store();
+    let src = source();
+    let (a, b, c) = (key_in(&src), key_in(&src), key_in(&src));
+    assert!(store.queued(&a).await.unwrap().is_empty(), "never queued");
+    for (k, tag) in [(&a, 1), (&b, 2), (&c, 3)] {
+        enqueued(&store, k, tag).await;
+    }
+    let queued_a = store.queued(&a).await.unwrap();
+    assert_eq!(queued_a.len(), 1, "{queued_a:?}");
+    let q = &queued_a[0];
+    assert_eq!(
+        (q.attempt, q.in_flight_until, q.dead_at, q.attempts.len()),
+        (0, None, None, 0)
+    );
+    assert_eq!(q.due_at, q.received_at);
+    let stats = stats_of(&store, &src).await.unwrap();
+    assert_eq!((stats.failing, stats.last_failure.as_ref()), (0, None));
+
+    // Take all three: in flight while the lease runs.
+    let taken = take(&store, &src, 10, LONG_LEASE).await;
+    assert_eq!(taken.len(), 3);
+    let of = |k: &Key| taken.iter().find(|t| t.key == *k).unwrap().item.clone();
+    let q = store.queued(&b).await.unwrap().remove(0);
+    assert_eq!(q.attempt, 1);
+    assert!(q.in_flight_until.is_some(), "{q:?}");
+    // a fails and waits; b dies; c is delivered (and leaves the queue).
+    store
+        .retry_later(
+            of(&a),
+            &failure(Some(502), "downstream answered 502"),
+            LONG_LEASE,
+        )
+        .await
+        .unwrap();
+    h.advance(Duration::from_millis(5)).await;
+    store
+        .dead_letter(of(&b), &failure(None, "timed out after 10s"))
+        .await
+        .unwrap();
+    store.delivered(of(&c)).await.unwrap();
+    assert!(
+        store.queued(&c).await.unwrap().is_empty(),
+        "delivered: gone"
+    );
+    let q = store.queued(&a).await.unwrap().remove(0);
+    assert_eq!((q.in_flight_until, q.dead_at), (None, None));
+    assert!(q.due_at > q.received_at, "due after its delay: {q:?}");
+    let logged: Vec<_> = q.attempts.iter().map(|l| (l.attempt, l.status)).collect();
+    assert_eq!(logged, [(1, Some(502))]);
+    let q = store.queued(&b).await.unwrap().remove(0);
+    assert!(q.dead_at.is_some(), "{q:?}");
+    assert_eq!(q.attempts[0].error, "timed out after 10s");
+
+    // One failing item waits (a); the latest failure is b's death.
+    let stats = stats_of(&store, &src).await.unwrap();
+    assert_eq!((stats.pending, stats.dead, stats.failing), (1, 1, 1));
+    let last = stats.last_failure.expect("a failure");
+    assert_eq!(last.event_id, b.event_id);
+    assert_eq!(
+        (
+            last.attempt.attempt,
+            last.attempt.status,
+            last.attempt.error.as_str()
+        ),
+        (1, None, "timed out after 10s")
+    );
+
+    // Dead letters by event id, and by age, listed as a replay would choose them.
+    let filter = |event_id: &Key, since: Option<Duration>| ReplayFilter {
+        source: Some(src.clone()),
+        since,
+        event_id: Some(event_id.event_id.clone()),
+    };
+    let listed = store.dead_letters(&filter(&b, None), n(10)).await.unwrap();
+    assert_eq!(listed.iter().map(|d| &d.key).collect::<Vec<_>>(), [&b]);
+    assert!(
+        store
+            .dead_letters(&filter(&a, None), n(10))
+            .await
+            .unwrap()
+            .is_empty(),
+        "a is no dead letter"
+    );
+    let no_such = ReplayFilter {
+        event_id: Some(EventId::new("evt_nobody").unwrap()),
+        ..ReplayFilter::default()
+    };
+    assert!(
+        store
+            .dead_letters(&no_such, n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    h.advance(Duration::from_millis(200)).await;
+    let young = filter(&b, Some(Duration::from_millis(100)));
+    assert!(
+        store.dead_letters(&young, n(10)).await.unwrap().is_empty(),
+        "died more than 100 ms ago"
+    );
+    assert_eq!(
+        store
+            .replay_dead_letters(&young, "too young")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store.replay_dead_letters(&no_such, "nobody").await.unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .replay_dead_letters(&filter(&b, None), "b alone")
+            .await
+            .unwrap(),
+        1
+    );
+    let q = store.queued(&b).await.unwrap().remove(0);
+    assert_eq!(q.dead_at, None, "back in the queue");
+    assert_eq!(counts(&stats_of(&store, &src).await), (2, 0, 0));
 }

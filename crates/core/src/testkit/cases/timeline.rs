@@ -78,4 +78,29 @@ where
             .counts
             .is_empty()
     );
+    // The most recent rows, newest first: the two duplicates of evt_a after the boundary, then
+    // the earlier rows; at most the limit, and only this source's.
+    let recent = store.recent(&source, n(3)).await.unwrap();
+    assert_eq!(recent.len(), 3, "{recent:?}");
+    assert!(
+        recent.windows(2).all(|w| w[0].at >= w[1].at),
+        "newest first: {recent:?}"
+    );
+    assert_eq!(
+        recent[..2]
+            .iter()
+            .map(|r| (r.event_id.as_str(), r.outcome))
+            .collect::<Vec<_>>(),
+        [
+            ("evt_a", HistoryOutcome::Duplicate),
+            ("evt_a", HistoryOutcome::Duplicate)
+        ]
+    );
+    let all = store.recent(&source, n(100)).await.unwrap();
+    assert_eq!(all.len(), 6, "only this source's rows: {all:?}");
+    assert!(store.recent(&unknown, n(10)).await.unwrap().is_empty());
+}
+
+fn n(limit: u32) -> NonZeroU32 {
+    NonZeroU32::new(limit).expect("not zero")
 }
