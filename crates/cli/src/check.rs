@@ -20,14 +20,17 @@ pub(crate) struct CheckArgs {
 
 pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let file = args.config.as_path();
-    let config = Config::parse(file).map_err(|e| Usage(e.to_string()))?;
-    let mut problems: Vec<String> = config
-        .problems()
-        .into_iter()
-        .map(|e| config.locate(e, Some(file)).to_string())
-        .collect();
+    let (config, problems) = Config::parse_checked(file).map_err(|e| Usage(e.to_string()))?;
+    let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
 
     outln!("{}", file.display());
+    match &config.admin_listen {
+        Some(admin) => outln!(
+            "  listen    {} (deliveries and the claim API); admin {admin} (metrics, health, dashboard)",
+            config.listen
+        ),
+        None => outln!("  listen    {} (every route)", config.listen),
+    }
     for (i, sc) in config.sources.iter().enumerate() {
         let Ok(policy) = sc.policy(i) else {
             outln!("  source {:?}: not valid (below)", sc.name);

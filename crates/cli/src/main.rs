@@ -61,6 +61,8 @@ enum Command {
     Migrate {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        new_schema: NewSchemaArgs,
     },
     /// Delete expired dedup records in bounded batches (PostgreSQL: and create and drop
     /// partitions).
@@ -91,7 +93,7 @@ enum Command {
     /// Inbox mode: each source's queue: pending, in flight, dead, and the oldest pending age.
     Inbox(inbox::InboxArgs),
     /// Inbox mode: list the dead letters (id, attempts, last error, age).
-    DeadLetters(inbox::InboxArgs),
+    DeadLetters(inbox::DeadLettersArgs),
     /// Inbox mode: move dead letters back to the queue with a fresh attempt budget, each
     /// recorded in history with its reason.
     Replay(inbox::ReplayArgs),
@@ -128,16 +130,29 @@ pub(crate) struct StoreArgs {
     /// The PostgreSQL schema holding idemgate's tables [default: idemgate, or the config's].
     #[arg(long)]
     pub schema: Option<String>,
-    /// `migrate` only: the expiry mode a new PostgreSQL schema is created with (other commands
-    /// read it off the schema).
-    #[arg(long, value_enum, default_value = "batched")]
-    pub expiry: data::ExpiryArg,
-    /// `migrate` only: the partition width of a new partitioned PostgreSQL schema.
-    #[arg(long, default_value = "1d", value_parser = parse_duration)]
-    pub partition_width: Duration,
     /// Take the store from this config file (its `[store]` table) [default: IDEMGATE_CONFIG].
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// How `migrate` creates a new PostgreSQL schema (every other command reads it off the schema).
+#[derive(Debug, Args)]
+pub(crate) struct NewSchemaArgs {
+    /// The expiry mode a new PostgreSQL schema is created with.
+    #[arg(long, value_enum, default_value = "batched")]
+    pub expiry: data::ExpiryArg,
+    /// The partition width of a new partitioned PostgreSQL schema.
+    #[arg(long, default_value = "1d", value_parser = parse_duration)]
+    pub partition_width: Duration,
+}
+
+impl Default for NewSchemaArgs {
+    fn default() -> Self {
+        Self {
+            expiry: data::ExpiryArg::Batched,
+            partition_width: Duration::from_secs(86_400),
+        }
+    }
 }
 
 impl StoreArgs {
@@ -161,7 +176,7 @@ pub(crate) fn parse_source(text: &str) -> Result<SourceName, String> {
     SourceName::new(text).map_err(|e| e.to_string())
 }
 
-fn parse_event_id(text: &str) -> Result<EventId, String> {
+pub(crate) fn parse_event_id(text: &str) -> Result<EventId, String> {
     EventId::new(text).map_err(|e| e.to_string())
 }
 
@@ -251,7 +266,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Command::Serve(args) => serve::serve(args).await,
                     Command::Send(args) => send::send(args).await,
                     Command::Check(args) => check::check(args).await,
-                    Command::Migrate { store } => data::migrate(&store).await,
+                    Command::Migrate { store, new_schema } => {
+                        data::migrate(&store, &new_schema).await
+                    }
                     Command::Advise(args) => advise::advise(args).await,
                     Command::Sweep {
                         store,

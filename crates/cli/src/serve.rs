@@ -45,8 +45,17 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen.as_str())
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let admin = idemgate_gateway::bind_admin(&config)
+        .await
+        .map_err(start_error)?;
     let state = idemgate_gateway::open(&config).await.map_err(start_error)?;
     let addr = listener.local_addr()?;
+    if let Some(admin) = &admin {
+        tracing::info!(
+            addr = %admin.local_addr()?,
+            "admin listener: /metrics, /healthz, /livez, /readyz, /dashboard, /openapi.json and replay are served there only"
+        );
+    }
     let store = describe(&config, state.store.engine());
     if args.config.is_none() {
         println!("idemgate on http://{addr} with {store} and one demo source (no --config given).");
@@ -60,7 +69,16 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         tracing::info!(%addr, sources = config.sources.len(), "idemgate listening with {store}");
     }
-    idemgate_gateway::serve(state, &config, listener, shutdown_signal()).await?;
+    idemgate_gateway::serve_on(
+        state,
+        &config,
+        idemgate_gateway::Listeners {
+            public: listener,
+            admin,
+        },
+        shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 

@@ -166,3 +166,201 @@ fn check_lists_every_source_and_every_problem() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("3 problems in"));
 }
+
+/// Starts `idemgate serve` with `args` in `dir`; waits for its "listening" (or the demo banner)
+/// and returns the child.
+fn start(dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("IDEMGATE_DATA_DIR")
+        .env_remove("IDEMGATE_CONFIG")
+        .env("IDEMGATE_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("idemgate on http://"), "{first}");
+    child
+}
+
+#[test]
+fn a_second_serve_on_the_same_sqlite_directory_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = start(dir.path(), &["serve", "--listen", "127.0.0.1:0"]);
+    // Another port, the same ./idemgate-data: refused before it opens the store.
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("IDEMGATE_DATA_DIR")
+        .env_remove("IDEMGATE_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("idemgate-data is in use by another process")
+            && said.contains(&format!("pid {}", first.id())),
+        "{said}"
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+    // Its process gone (killed, not stopped), the directory is free again at once.
+    let mut again = start(dir.path(), &["serve", "--listen", "127.0.0.1:0"]);
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+#[test]
+fn the_listener_is_bound_before_the_store_is_touched() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--listen", &addr])
+        .current_dir(dir.path())
+        .env_remove("IDEMGATE_DATA_DIR")
+        .env_remove("IDEMGATE_CONFIG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
+    assert!(
+        !dir.path().join("idemgate-data").exists(),
+        "no store was created or migrated: {said}"
+    );
+}
+
+#[test]
+fn every_configuration_error_is_reported_at_once_and_the_environment_is_named() {
+    // Two typos and a bad value: all three, each with its line.
+    let (code, output) = serve(
+        "listn = \"127.0.0.1:1\"\n[limits]\nbody_limt = 5\nrequest_timeout = \"soon\"\n",
+        &[],
+    );
+    assert_eq!(code, Some(2), "{output}");
+    for part in [
+        "listn in ",
+        "(line 1): unknown key; did you mean listen?",
+        "limits.body_limt in ",
+        "(line 3): unknown key; did you mean body_limit?",
+        "limits.request_timeout in ",
+        "(line 4): string \"soon\" is not a duration",
+    ] {
+        assert!(output.contains(part), "no {part:?} in\n{output}");
+    }
+    // Two invalid values past parsing: both.
+    let (code, output) = serve(
+        "instance = \"no spaces allowed\"\n[limits]\nbody_limit = 0\n",
+        &[],
+    );
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.contains("(line 1): instance") && output.contains("(line 3): limits.body_limit"),
+        "{output}"
+    );
+    // A value from the environment names its variable, not a line of the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(&path, "listen = \"127.0.0.1:8080\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("IDEMGATE_LISTEN", "nowhere")
+        .env("IDEMGATE_LIMITS__BODY_LIMIT", "big")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("IDEMGATE_LIMITS__BODY_LIMIT"),
+        "the variable is named: {said}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("IDEMGATE_LISTEN", "nowhere")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("IDEMGATE_LISTEN: listen: \"nowhere\" is not host:port"),
+        "{said}"
+    );
+    assert!(!said.contains("(line 1)"), "not the file's line: {said}");
+}
+
+#[test]
+fn a_config_without_sources_is_warned_of_at_start_and_by_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pg-like.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\npath = {:?}\n",
+            dir.path().join("data").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("warning: no sources are configured"),
+        "{text}"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("IDEMGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    while let Some(Ok(line)) = lines.next() {
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("listening") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.contains("no sources are configured"), "{seen}");
+}
+
+#[test]
+fn advise_help_lists_no_migrate_only_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["advise", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--data-dir"), "{help}");
+    assert!(
+        !help.contains("--expiry") && !help.contains("--partition-width"),
+        "{help}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["migrate", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--expiry") && help.contains("--partition-width"),
+        "{help}"
+    );
+}

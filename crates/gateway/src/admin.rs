@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::AppState;
 use crate::config::Mode;
 use crate::error::{ErrorChain, Problem};
+use crate::health::Level;
 use crate::metrics::{self, Scrape};
 use crate::outcome::Outcome;
 
@@ -73,31 +74,38 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             error: tier.as_ref().err().cloned(),
         });
     }
-    // Inbox mode: a queue whose oldest item is older than its source's queue_lag is lagging,
-    // since the TTL no longer covers the sender's retries past that.
-    let mut lagging = false;
+    // Inbox mode, judged as the dashboard judges it (`crate::health`): a queue whose oldest item
+    // is older than its source's queue_lag is lagging (the TTL no longer covers the sender's
+    // retries past that); dead letters and a failing downstream are warnings; a dispatcher that
+    // does not run is stopped.
+    let mut warned = false;
     if store.is_ok() && state.sources.values().any(|s| s.mode == Mode::Inbox) {
         let started = Instant::now();
-        let late: Vec<String> = state
-            .lagging()
-            .await
-            .iter()
-            .map(|l| {
-                format!(
-                    "{}: oldest item {} old, past its queue_lag of {}",
-                    l.source,
-                    idemgate_core::Human(l.lag),
-                    idemgate_core::Human(l.margin)
-                )
-            })
-            .collect();
-        lagging = !late.is_empty();
+        let queues = crate::health::inbox(&state, &state.inbox_stats().await);
+        warned |= queues.level != Level::Ok;
         components.push(Component {
             name: "inbox",
             engine: None,
-            status: if lagging { "lagging" } else { "ok" },
+            status: match queues.level {
+                Level::Ok => "ok",
+                Level::Warn => "warn",
+                Level::Bad => "lagging",
+            },
             ms: millis(started.elapsed()),
-            error: lagging.then(|| late.join("; ")),
+            error: (queues.level != Level::Ok).then_some(queues.why),
+        });
+        let dispatchers = crate::health::dispatchers(&state);
+        warned |= dispatchers.level != Level::Ok;
+        components.push(Component {
+            name: "dispatchers",
+            engine: None,
+            status: if dispatchers.level == Level::Ok {
+                "ok"
+            } else {
+                "stopped"
+            },
+            ms: 0.0,
+            error: (dispatchers.level != Level::Ok).then_some(dispatchers.why),
         });
     }
     if let Err(e) = &store {
@@ -114,7 +122,7 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     }
-    let degraded = tier.as_ref().is_some_and(|t| t.is_err()) || lagging;
+    let degraded = tier.as_ref().is_some_and(|t| t.is_err()) || warned;
     let (status, outcome) = if degraded {
         ("degraded", Outcome::Degraded)
     } else {
@@ -129,10 +137,93 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     .into_response())
 }
 
+/// `/livez`: the process answers (nothing else is touched: a store outage must not get a live
+/// process restarted).
+pub(crate) async fn livez() -> Response {
+    Outcome::Live.on(Json(serde_json::json!({ "status": "live" })).into_response())
+}
+
+/// `/readyz`: whether this gateway should be sent traffic. Ready when the store answers (a
+/// lookup, and its recent writes did not fail), its schema is the version this binary knows
+/// (not migrated past it by a newer binary, nor left behind), every source's verifier is built
+/// (they are, or the gateway would not have started) and every inbox source's dispatcher runs.
+/// Otherwise 503, with each check and why.
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    let mut checks = Vec::new();
+    let started = Instant::now();
+    let store = ping_store(&state).await;
+    checks.push(Component {
+        name: "store",
+        engine: Some(state.store.engine()),
+        status: if store.is_ok() { "ok" } else { "down" },
+        ms: millis(started.elapsed()),
+        error: store.err(),
+    });
+    let started = Instant::now();
+    let schema = match tokio::time::timeout(PING_WAIT, state.store.schema_version()).await {
+        Err(_) => Err(no_answer()),
+        Ok(Err(e)) => Err(ErrorChain(&e).to_string()),
+        Ok(Ok(None)) => Ok(()),
+        Ok(Ok(Some((found, known)))) if found == known => Ok(()),
+        Ok(Ok(Some((found, known)))) if found > known => Err(format!(
+            "the schema is at version {found}, newer than this binary's {known}: a newer idemgate migrated it; upgrade this one"
+        )),
+        Ok(Ok(Some((found, known)))) => Err(format!(
+            "the schema is at version {found}, older than this binary's {known}: run idemgate migrate"
+        )),
+    };
+    checks.push(Component {
+        name: "schema",
+        engine: None,
+        status: if schema.is_ok() { "ok" } else { "mismatch" },
+        ms: millis(started.elapsed()),
+        error: schema.err(),
+    });
+    checks.push(Component {
+        name: "verifiers",
+        engine: None,
+        status: "ok",
+        ms: 0.0,
+        error: None,
+    });
+    let dispatchers = crate::health::dispatchers(&state);
+    checks.push(Component {
+        name: "dispatchers",
+        engine: None,
+        status: if dispatchers.level == Level::Ok {
+            "ok"
+        } else {
+            "stopped"
+        },
+        ms: 0.0,
+        error: (dispatchers.level != Level::Ok).then_some(dispatchers.why),
+    });
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.status != "ok")
+        .map(|c| c.name)
+        .collect();
+    if failed.is_empty() {
+        return Outcome::Ready
+            .on(Json(serde_json::json!({ "status": "ready", "checks": checks })).into_response());
+    }
+    let mut problem = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Outcome::NotReady,
+        format!("not ready: {}", failed.join(", ")),
+    );
+    problem.components = serde_json::to_value(&checks).ok();
+    let mut response = problem.into_response_with(Outcome::NotReady);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 /// `/healthz`'s answer.
 #[derive(Debug, Serialize)]
 struct Health {
-    /// `ok`, or `degraded` when a component other than the store is down.
+    /// `ok`, or `degraded` when a component other than the store is down or warns.
     status: &'static str,
     /// The store's engine (`sqlite`, `postgres+redis`, ...).
     store: &'static str,
@@ -160,7 +251,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let scrape = Scrape {
         rows: state.row_counts().await,
         tier: state.tier_counts(),
-        inbox: state.inbox_stats().await,
+        inbox: match state.read_inbox().await {
+            // A store that cannot say is left out, not shown as empty queues.
+            Some(counted) => every_inbox_source(&state, counted),
+            None => Vec::new(),
+        },
         clock_divergence_ms: state.store.clock_divergence_ms(),
     };
     let mut response = state.metrics.render(scrape).into_response();
@@ -169,6 +264,37 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         HeaderValue::from_static(metrics::CONTENT_TYPE),
     );
     Outcome::Metrics.on(response)
+}
+
+/// `counted`, with a zero row for each inbox source whose queue holds nothing (the store counts
+/// only queues that hold something): every inbox source's gauges are on every scrape, so an
+/// empty queue reads 0, not absent.
+fn every_inbox_source(
+    state: &AppState,
+    counted: Vec<idemgate_core::inbox::InboxStats>,
+) -> Vec<idemgate_core::inbox::InboxStats> {
+    let mut all = counted;
+    let mut names: Vec<_> = state
+        .sources
+        .values()
+        .filter(|s| s.mode == Mode::Inbox)
+        .map(|s| s.name.clone())
+        .collect();
+    names.sort();
+    for name in names {
+        if !all.iter().any(|s| s.source == name) {
+            all.push(idemgate_core::inbox::InboxStats {
+                source: name,
+                pending: 0,
+                in_flight: 0,
+                dead: 0,
+                oldest_pending: None,
+                failing: 0,
+                last_failure: None,
+            });
+        }
+    }
+    all
 }
 
 pub(crate) async fn openapi(State(state): State<AppState>) -> Response {

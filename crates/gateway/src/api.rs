@@ -275,9 +275,11 @@ pub(crate) async fn event(
 ) -> Result<Response, AppError> {
     // Like the claim routes: a source this gateway does not serve is 404 (`idemgate lookup`
     // still reads the events of a source removed from the config).
+    use idemgate_core::inbox::Inbox;
     let (_, key) = key(&state, &source, &event_id)?;
     let view = state.store.lookup(&key).await?;
-    Ok(Outcome::Lookup.on(Json(idemgate::EventReport::from(&view)).into_response()))
+    let queued = state.store.queued(&key).await?;
+    Ok(Outcome::Lookup.on(Json(idemgate::EventReport::new(&view, &queued)).into_response()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -347,6 +349,7 @@ async fn replay_dead_letters(
     let filter = ReplayFilter {
         source: Some(src.name.clone()),
         since,
+        event_id: None,
     };
     let moved = state.store.replay_dead_letters(&filter, reason).await?;
     if moved > 0 {

@@ -52,12 +52,61 @@ pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHan
         .collect()
 }
 
+/// The inbox sources whose dispatcher runs now: each dispatcher is in it from its start until it
+/// ends, however it ends (a drop guard takes it out, a panic included).
+#[derive(Debug, Default)]
+pub(crate) struct Running(std::sync::Mutex<std::collections::BTreeSet<String>>);
+
+impl Running {
+    fn start(&self, source: &str) -> RunningGuard<'_> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source.to_owned());
+        RunningGuard {
+            running: self,
+            source: source.to_owned(),
+        }
+    }
+
+    /// The inbox sources of `state` whose dispatcher does not run, sorted.
+    pub(crate) fn stopped(&self, state: &AppState) -> Vec<String> {
+        let running = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stopped: Vec<String> = state
+            .sources
+            .values()
+            .filter(|s| s.mode == Mode::Inbox && !running.contains(s.name.as_str()))
+            .map(|s| s.name.as_str().to_owned())
+            .collect();
+        stopped.sort();
+        stopped
+    }
+}
+
+/// Takes its source out of [`Running`] when the dispatcher ends.
+#[derive(Debug)]
+struct RunningGuard<'a> {
+    running: &'a Running,
+    source: String,
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.running
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.source);
+    }
+}
+
 /// One source's dispatcher.
 #[tracing::instrument(name = "dispatcher", skip(state, cancel))]
 async fn run(state: AppState, source: String, cancel: CancellationToken) {
     let Ok(src) = state.source(&source) else {
         return;
     };
+    let _running = state.dispatchers.start(&source);
     let d = &src.dispatch;
     let slots = Arc::new(Semaphore::new(d.concurrency.get() as usize));
     // The lease covers a delivery and its report, with room to spare.
@@ -194,9 +243,18 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         d.timeout,
     )
     .await;
-    state
-        .metrics
-        .dispatch_latency(src.name.as_str(), started.elapsed());
+    state.metrics.dispatch_latency(
+        src.name.as_str(),
+        crate::metrics::DownstreamSeen {
+            status: match &result {
+                Ok(status) => Some(*status),
+                Err(failure) => failure.status(),
+            },
+            error: result.as_ref().err().map(ToString::to_string),
+            took: started.elapsed(),
+            at: std::time::SystemTime::now(),
+        },
+    );
     let age = age_at_take + started.elapsed();
     // The report is retried while the store fails, until shortly before the item's lease ends:
     // a delivery whose report was lost is taken again and delivered twice.

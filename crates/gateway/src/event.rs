@@ -222,9 +222,22 @@ async fn forward_once(
                 attempt,
                 body_headers: &carried,
             };
-            forward::forward(&src.client, url, body, delivery, src.forward_timeout)
-                .await
-                .map(|status| (attempt, Some(status)))
+            let started = std::time::Instant::now();
+            let result =
+                forward::forward(&src.client, url, body, delivery, src.forward_timeout).await;
+            state.metrics.forwarded(
+                src.name.as_str(),
+                crate::metrics::DownstreamSeen {
+                    status: match &result {
+                        Ok(status) => Some(*status),
+                        Err(failure) => failure.status(),
+                    },
+                    error: result.as_ref().err().map(ToString::to_string),
+                    took: started.elapsed(),
+                    at: std::time::SystemTime::now(),
+                },
+            );
+            result.map(|status| (attempt, Some(status)))
         })
         .await;
     match once {

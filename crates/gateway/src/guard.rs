@@ -22,7 +22,13 @@ use crate::outcome::{Label, Outcome};
 use crate::state::AppState;
 
 pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let label = path_label(&state, req.uri().path()).to_owned();
+    // The client (behind trusted proxies, the one they name), for the log line.
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
     // What is counted and logged: deliveries and claim-API calls, and every refusal.
     let counted = ["/hooks/", "/v1/claims"]
         .iter()
@@ -38,7 +44,15 @@ pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Nex
         .copied()
         .unwrap_or(Outcome::Error);
     if counted || response.status().is_client_error() || response.status().is_server_error() {
-        state.record(&label, outcome, response.status());
+        if state.sources.contains_key(&label) {
+            state.record(&label, outcome, response.status(), client);
+            if counted {
+                state.metrics.request_latency(&label, started.elapsed());
+            }
+        } else {
+            // No configured source: a path no route serves, or a source nobody configured.
+            state.refused(outcome, response.status(), client);
+        }
     }
     response
 }
@@ -162,8 +176,8 @@ fn declared_length(req: &Request) -> Option<u64> {
 }
 
 /// The metrics label of the source a path names (`/hooks/{source}`, `/v1/claims/{source}/..`,
-/// `/v1/events/{source}/..`): the configured name, or `unknown`. The claim route, whose source is
-/// in the body, labels its answer itself.
+/// `/v1/events/{source}/..`): the configured name, or `unknown` (counted apart, as a refused
+/// request). The claim route, whose source is in the body, labels its answer itself.
 fn path_label<'a>(state: &AppState, path: &'a str) -> &'a str {
     let rest = ["/hooks/", "/v1/claims/", "/v1/events/"]
         .iter()

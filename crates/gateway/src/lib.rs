@@ -21,7 +21,11 @@
 //!   lease, delivers them, retries with backoff, dead-letters what runs out of attempts.
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
-//! - `admin`: `/healthz` (a real round trip to the store) and `/metrics` (Prometheus).
+//! - `admin`: `/healthz` (a real round trip to each component), `/livez` (the process answers),
+//!   `/readyz` (the store at this binary's schema, the dispatchers running) and `/metrics`
+//!   (Prometheus); [`router`] serves them, with the dashboard, on `admin_listen` when it is set.
+//! - `health`: the judgements `/healthz`, `/readyz` and the dashboard share.
+//! - `process`: this process's identity (for its boot) and its `process_*` metrics.
 //! - [`dashboard`]: `/dashboard`, one server-rendered HTML page with SVG charts (loopback
 //!   only unless a token is presented), and one page per event.
 //! - [`outcome`]: [`Outcome`], what the gateway did with a request, one typed value from the
@@ -46,6 +50,7 @@ mod documents;
 mod event;
 mod forward;
 mod guard;
+mod health;
 mod ingest;
 mod process;
 mod server;
@@ -58,41 +63,77 @@ use axum::routing::{get, post};
 pub use crate::config::Config;
 pub use crate::ingest::verifier;
 pub use crate::outcome::Outcome;
-pub use crate::server::{StartError, open, run, serve};
+pub use crate::server::{
+    Listeners, SERVE_LOCK, StartError, bind_admin, open, run, serve, serve_on,
+};
 pub use crate::state::{AppState, Inner, Source, Sources};
 pub use idemgate::{AnyStore, store};
 
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// Every route, on the one listener (no `admin_listen`).
+    All,
+    /// What senders and workers need: `/hooks/{source}` and the claim API's worker routes
+    /// (claim, complete, release, and `/v1/events`), on `listen` when `admin_listen` is set.
+    Public,
+    /// What operators need: `/healthz`, `/livez`, `/readyz`, `/metrics`, `/openapi.json`,
+    /// `/dashboard` (with its replay form) and the claim API's replay route, on `admin_listen`.
+    Admin,
+}
+
 /// The router: every route, the body limit and the request timeout.
 pub fn app(state: AppState) -> Router {
+    router(state, Routes::All)
+}
+
+/// The router of one listener: `routes`' routes, the body limit and the request timeout; any
+/// other path is 404.
+pub fn router(state: AppState, routes: Routes) -> Router {
+    let public = routes != Routes::Admin;
+    let admin = routes != Routes::Public;
     // The claim API: a bearer token of the route's scope before a byte of a body is read, and
     // small bodies.
-    let claim_api = Router::new()
-        .route("/v1/claims", post(api::create_claim))
-        .route(
-            "/v1/claims/{source}/{event_id}/complete",
-            post(api::complete),
-        )
-        .route("/v1/claims/{source}/{event_id}/release", post(api::release))
-        .route("/v1/events/{source}/{event_id}", get(api::event))
-        .route("/v1/sources/{source}/replay", post(api::replay))
+    let mut claim_api = Router::new();
+    if public {
+        claim_api = claim_api
+            .route("/v1/claims", post(api::create_claim))
+            .route(
+                "/v1/claims/{source}/{event_id}/complete",
+                post(api::complete),
+            )
+            .route("/v1/claims/{source}/{event_id}/release", post(api::release))
+            .route("/v1/events/{source}/{event_id}", get(api::event));
+    }
+    if admin {
+        claim_api = claim_api.route("/v1/sources/{source}/replay", post(api::replay));
+    }
+    let claim_api = claim_api
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::gate,
         ))
         .layer(DefaultBodyLimit::max(api::BODY_LIMIT));
-    Router::new()
-        .route("/hooks/{source}", post(ingest::hook))
-        .merge(claim_api)
-        .route("/openapi.json", get(admin::openapi))
-        .route("/healthz", get(admin::healthz))
-        .route("/metrics", get(admin::metrics))
-        .route("/dashboard", get(dashboard::overview))
-        .route("/dashboard/events", get(dashboard::search))
-        .route(
-            "/dashboard/events/{source}/{event_id}",
-            get(dashboard::event_page),
-        )
-        .fallback(admin::not_found)
+    let mut app = Router::new().merge(claim_api);
+    if public {
+        app = app.route("/hooks/{source}", post(ingest::hook));
+    }
+    if admin {
+        app = app
+            .route("/openapi.json", get(admin::openapi))
+            .route("/healthz", get(admin::healthz))
+            .route("/livez", get(admin::livez))
+            .route("/readyz", get(admin::readyz))
+            .route("/metrics", get(admin::metrics))
+            .route("/dashboard", get(dashboard::overview))
+            .route("/dashboard/events", get(dashboard::search))
+            .route("/dashboard/replay", post(dashboard::replay))
+            .route(
+                "/dashboard/events/{source}/{event_id}",
+                get(dashboard::event_page),
+            );
+    }
+    app.fallback(admin::not_found)
         // Bodies are read with an explicit limit by each handler; this bounds everything else.
         .layer(DefaultBodyLimit::max(state.largest_body_limit()))
         .layer(axum::middleware::from_fn_with_state(

@@ -2,7 +2,13 @@
 //!
 //! A registry of its own rather than a process-wide recorder: the gateway must be able to run
 //! several instances side by side (in tests, each with its own counts). Labels are
-//! low-cardinality: the configured source (or `unknown`) and the outcome; never an event id.
+//! low-cardinality: a configured source and the outcome; never an event id. A request that names
+//! no configured source (a path no route serves, an unknown source) is counted apart, in
+//! `idemgate_refused_requests` by outcome, so no pseudo-source appears beside the real ones.
+//!
+//! Besides the gateway's own: `idemgate_build_info`, and the process's CPU time, resident
+//! memory, open file descriptors and start time (`process_*`, from `/proc/self`), read at each
+//! scrape.
 //!
 //! What the gateway counts lives in [`Metrics`]'s registry; what the store knows (record counts,
 //! the Redis tier's answers) is read when scraped and encoded from a registry made for that
@@ -26,6 +32,45 @@ const BUCKETS: [f64; 12] = [
     0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
+/// Upper bounds of the request latency histogram, in seconds (a forward waits for its
+/// downstream).
+const REQUEST_BUCKETS: [f64; 14] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
+];
+
+fn claim_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Refused {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Build {
+    version: &'static str,
+}
+
+type Latencies = Family<BySource, Histogram, fn() -> Histogram>;
+
+/// What one source's downstream answered last, for the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamSeen {
+    /// The HTTP status, when it answered.
+    pub status: Option<u16>,
+    /// What went wrong, when it failed.
+    pub error: Option<String>,
+    /// How long it took.
+    pub took: Duration,
+    /// When (the host's clock: for display only).
+    pub at: std::time::SystemTime,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Delivery {
     source: String,
@@ -48,7 +93,11 @@ pub struct Metrics {
     registry: Registry,
     deliveries: Family<Delivery, Counter>,
     late: Family<BySource, Counter>,
-    claim_duration: Histogram,
+    refused: Family<Refused, Counter>,
+    claim_duration: Latencies,
+    request_duration: Latencies,
+    forward_duration: Latencies,
+    downstream: std::sync::Mutex<std::collections::HashMap<String, DownstreamSeen>>,
     sweeper_runs: Counter,
     sweeper_rows: Counter,
     sweeper_failures: Counter,
@@ -83,7 +132,18 @@ impl Default for Metrics {
     fn default() -> Self {
         let deliveries = Family::<Delivery, Counter>::default();
         let late = Family::<BySource, Counter>::default();
-        let claim_duration = Histogram::new(BUCKETS);
+        let refused = Family::<Refused, Counter>::default();
+        let claim_duration = Latencies::new_with_constructor(claim_histogram as fn() -> Histogram);
+        let request_duration =
+            Latencies::new_with_constructor(request_histogram as fn() -> Histogram);
+        let forward_duration =
+            Latencies::new_with_constructor(dispatch_histogram as fn() -> Histogram);
+        let build = Family::<Build, Gauge>::default();
+        build
+            .get_or_create(&Build {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         let sweeper_runs = Counter::default();
         let sweeper_rows = Counter::default();
         let sweeper_failures = Counter::default();
@@ -97,6 +157,28 @@ impl Default for Metrics {
         let dispatches = Family::<Dispatched, Counter>::default();
 
         let mut registry = Registry::default();
+        registry.register(
+            "idemgate_build_info",
+            "The running build: its version (always 1)",
+            build,
+        );
+        registry.register_with_unit(
+            "idemgate_request_duration",
+            "Time from a delivery's (or claim-API call's) arrival to its answer, by source",
+            Unit::Seconds,
+            request_duration.clone(),
+        );
+        registry.register_with_unit(
+            "idemgate_forward_duration",
+            "Forward mode: time the downstream took to answer a forward (or fail), by source",
+            Unit::Seconds,
+            forward_duration.clone(),
+        );
+        registry.register(
+            "idemgate_refused_requests",
+            "Requests that named no configured source (a path no route serves, an unknown source), by outcome",
+            refused.clone(),
+        );
         registry.register_with_unit(
             "idemgate_dispatch_duration",
             "Inbox mode: time one delivery from the queue took, by source",
@@ -120,7 +202,7 @@ impl Default for Metrics {
         );
         registry.register_with_unit(
             "idemgate_claim_duration",
-            "Time the store took to answer a claim",
+            "Time the store took to answer a claim, by source",
             Unit::Seconds,
             claim_duration.clone(),
         );
@@ -158,7 +240,11 @@ impl Default for Metrics {
             registry,
             deliveries,
             late,
+            refused,
             claim_duration,
+            request_duration,
+            forward_duration,
+            downstream: std::sync::Mutex::default(),
             sweeper_runs,
             sweeper_rows,
             sweeper_failures,
@@ -195,6 +281,63 @@ pub struct TierCounts {
     pub misses: u64,
     pub errors: u64,
     pub bypassed: u64,
+}
+
+/// A latency histogram read back: how many, and estimated quantiles (each the upper bound of the
+/// bucket it falls in).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+fn summary(h: Histogram) -> Option<LatencySummary> {
+    // The histogram's own encoding is the one public read of its buckets.
+    let mut registry = Registry::default();
+    registry.register("h", "", h);
+    let mut text = String::new();
+    encode_registry(&mut text, &registry).ok()?;
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("h_bucket{le=\"") else {
+            continue;
+        };
+        let (le, n) = rest.split_once("\"} ")?;
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
+        buckets.push((le, n.split_whitespace().next()?.parse().ok()?));
+    }
+    let count = buckets.last()?.1;
+    if count == 0 {
+        return None;
+    }
+    let quantile = |q: f64| {
+        let want = (q * count as f64).ceil() as u64;
+        let le = buckets
+            .iter()
+            .find(|(_, n)| *n >= want)
+            .map_or(f64::INFINITY, |b| b.0);
+        // Above the last bound: say the last bound (the histogram knows no more).
+        let bounded = if le.is_finite() {
+            le
+        } else {
+            buckets
+                .iter()
+                .rev()
+                .find(|b| b.0.is_finite())
+                .map_or(0.0, |b| b.0)
+        };
+        Duration::from_secs_f64(bounded)
+    };
+    Some(LatencySummary {
+        count,
+        p50: quantile(0.5),
+        p99: quantile(0.99),
+    })
 }
 
 /// What the store reported at this scrape; `None` where it could not tell.
@@ -261,15 +404,69 @@ impl Metrics {
         )
     }
 
-    pub fn claim_latency(&self, d: Duration) {
-        self.claim_duration.observe(d.as_secs_f64());
-    }
-
-    /// Inbox mode: how long one delivery from the queue took.
-    pub fn dispatch_latency(&self, source: &str, d: Duration) {
-        self.dispatch_duration
+    pub fn claim_latency(&self, source: &str, d: Duration) {
+        self.claim_duration
             .get_or_create(&by_source(source))
             .observe(d.as_secs_f64());
+    }
+
+    /// How long one request of a configured source took, from arrival to answer.
+    pub fn request_latency(&self, source: &str, d: Duration) {
+        self.request_duration
+            .get_or_create(&by_source(source))
+            .observe(d.as_secs_f64());
+    }
+
+    /// Counts one request that named no configured source, by its outcome.
+    pub fn refused(&self, outcome: &'static str) {
+        self.refused.get_or_create(&Refused { outcome }).inc();
+    }
+
+    /// Forward mode: how long one forward took, and what the downstream answered.
+    pub fn forwarded(&self, source: &str, seen: DownstreamSeen) {
+        self.forward_duration
+            .get_or_create(&by_source(source))
+            .observe(seen.took.as_secs_f64());
+        self.note_downstream(source, seen);
+    }
+
+    /// Inbox mode: how long one delivery from the queue took, and what the downstream
+    /// answered.
+    pub fn dispatch_latency(&self, source: &str, seen: DownstreamSeen) {
+        self.dispatch_duration
+            .get_or_create(&by_source(source))
+            .observe(seen.took.as_secs_f64());
+        self.note_downstream(source, seen);
+    }
+
+    fn note_downstream(&self, source: &str, seen: DownstreamSeen) {
+        if let Ok(mut last) = self.downstream.lock() {
+            last.insert(source.to_owned(), seen);
+        }
+    }
+
+    /// What `source`'s downstream answered last (forward or dispatch), since start.
+    pub fn downstream(&self, source: &str) -> Option<DownstreamSeen> {
+        self.downstream.lock().ok()?.get(source).cloned()
+    }
+
+    /// `source`'s requests so far and the share of them answered within `bound` (one of the
+    /// request histogram's bucket bounds, or the next above it), from
+    /// `idemgate_request_duration_seconds`.
+    pub fn request_latency_summary(&self, source: &str) -> Option<LatencySummary> {
+        summary(self.request_duration.get(&by_source(source))?.clone())
+    }
+
+    /// As [`Metrics::request_latency_summary`], of the downstream: forwards, or deliveries from
+    /// the queue.
+    pub fn downstream_latency_summary(&self, source: &str) -> Option<LatencySummary> {
+        let label = by_source(source);
+        let h = self
+            .forward_duration
+            .get(&label)
+            .map(|h| h.clone())
+            .or_else(|| self.dispatch_duration.get(&label).map(|h| h.clone()))?;
+        summary(h)
     }
 
     /// Inbox mode: counts one delivery from the queue by its result.
@@ -401,6 +598,7 @@ impl Metrics {
                 oldest,
             );
         }
+        crate::process::register_metrics(&mut read);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode_registry(&mut out, &self.registry)
@@ -436,7 +634,19 @@ mod tests {
         m.delivery("stripe", "forwarded");
         m.delivery("stripe", "forwarded");
         m.late_duplicate("stripe");
-        m.claim_latency(Duration::from_micros(700));
+        m.claim_latency("stripe", Duration::from_micros(700));
+        m.request_latency("stripe", Duration::from_millis(3));
+        m.request_latency("stripe", Duration::from_millis(40));
+        m.refused("not_found");
+        m.forwarded(
+            "stripe",
+            DownstreamSeen {
+                status: Some(503),
+                error: Some("downstream answered 503".into()),
+                took: Duration::from_millis(12),
+                at: std::time::SystemTime::now(),
+            },
+        );
         m.sweep_run(Some(5));
         m.sweep_run(None);
         m.sweep_backoffs(3);
@@ -458,9 +668,13 @@ mod tests {
         for line in [
             "idemgate_deliveries_total{source=\"stripe\",outcome=\"forwarded\"} 2",
             "idemgate_late_duplicates_total{source=\"stripe\"} 1",
-            "idemgate_claim_duration_seconds_count 1",
-            "idemgate_claim_duration_seconds_bucket{le=\"0.001\"} 1",
-            "idemgate_claim_duration_seconds_bucket{le=\"0.0005\"} 0",
+            "idemgate_claim_duration_seconds_count{source=\"stripe\"} 1",
+            "idemgate_claim_duration_seconds_bucket{le=\"0.001\",source=\"stripe\"} 1",
+            "idemgate_claim_duration_seconds_bucket{le=\"0.0005\",source=\"stripe\"} 0",
+            "idemgate_request_duration_seconds_count{source=\"stripe\"} 2",
+            "idemgate_refused_requests_total{outcome=\"not_found\"} 1",
+            "idemgate_build_info{version=\"0.1.0\"} 1",
+            "idemgate_forward_duration_seconds_count{source=\"stripe\"} 1",
             "idemgate_sweeper_runs_total 2",
             "idemgate_sweeper_rows_total 5",
             "idemgate_sweeper_failures_total 1",
@@ -474,6 +688,32 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+        if cfg!(target_os = "linux") {
+            for name in [
+                "process_cpu_seconds_total ",
+                "process_resident_memory_bytes ",
+                "process_open_fds ",
+                "process_max_fds ",
+                "process_start_time_seconds ",
+            ] {
+                assert!(
+                    text.lines().any(|l| l.starts_with(name)),
+                    "no {name:?} in\n{text}"
+                );
+            }
+        }
+        let summary = m.request_latency_summary("stripe").unwrap();
+        assert_eq!(summary.count, 2);
+        assert_eq!(summary.p50, Duration::from_millis(5));
+        assert_eq!(summary.p99, Duration::from_millis(50));
+        assert!(m.request_latency_summary("other").is_none());
+        let seen = m.downstream("stripe").unwrap();
+        assert_eq!(seen.status, Some(503));
+        assert_eq!(
+            m.downstream_latency_summary("stripe").map(|l| l.count),
+            Some(1)
+        );
+        assert!(m.downstream("other").is_none());
         drop(open);
         let text = m.render(Scrape::default());
         assert!(text.contains("idemgate_connections_open 0"), "{text}");

@@ -76,8 +76,15 @@ outcomes! {
     InvalidReason => "invalid_reason",
     /// `/healthz`: every component answered.
     Healthy => "healthy",
-    /// `/healthz`: the store answered, the Redis tier did not.
+    /// `/healthz`: the store answered; another component did not, or warns (the Redis tier is
+    /// down, an inbox lags or holds dead letters).
     Degraded => "degraded",
+    /// `/livez`: the process answers.
+    Live => "live",
+    /// `/readyz`: the store answers at the binary's schema, every dispatcher runs.
+    Ready => "ready",
+    /// `/readyz`: not ready (503); the body says which check failed.
+    NotReady => "not_ready",
     /// `/metrics`.
     Metrics => "metrics",
     /// `/openapi.json`.

@@ -8,6 +8,13 @@
 //! up; any other (another machine, another container) cannot tell, and waits for the lease. A pid
 //! that is in use again by another process has another start time; a zombie (killed, not yet
 //! reaped) counts as gone.
+//!
+//! Also the process's own figures for `/metrics` ([`register_metrics`]): CPU time, memory, file
+//! descriptors and start time, read from `/proc/self` at each scrape.
+
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
 /// This process's identity (see the [module docs](self)); empty where it cannot be read.
 pub(crate) fn identity() -> String {
@@ -71,6 +78,97 @@ fn stat_fields(stat: &str) -> Option<(char, &str)> {
     let state = fields.next()?.chars().next()?;
     let start = fields.nth(18)?;
     Some((state, start))
+}
+
+/// Clock ticks per second of `/proc`'s CPU times and start times: `USER_HZ`, which Linux fixes
+/// at 100 for user space on every architecture it exports these files on.
+const USER_HZ: f64 = 100.0;
+
+/// Registers the standard `process_*` series (as Prometheus's client libraries name them) read
+/// now from `/proc/self`; each one that cannot be read is left out.
+pub(crate) fn register_metrics(registry: &mut Registry) {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok();
+    let fields: Vec<&str> = stat
+        .as_deref()
+        .and_then(|s| s.rfind(')').map(|i| &s[i + 1..]))
+        .map(|rest| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // Fields from the state (field 3) on: utime is field 14, stime 15, starttime 22, vsize 23.
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    if let (Some(user), Some(system)) = (field(14), field(15)) {
+        registry.register(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            ConstCounter::new((user + system) as f64 / USER_HZ),
+        );
+    }
+    if let Some(vsize) = field(23) {
+        registry.register(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes",
+            ConstGauge::new(saturating(vsize)),
+        );
+    }
+    if let Some(rss) = status_kib("VmRSS:") {
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            ConstGauge::new(saturating(rss.saturating_mul(1024))),
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        registry.register(
+            "process_open_fds",
+            "Number of open file descriptors",
+            ConstGauge::new(saturating(fds.count() as u64)),
+        );
+    }
+    if let Some(max) = max_fds() {
+        registry.register(
+            "process_max_fds",
+            "Maximum number of open file descriptors",
+            ConstGauge::new(saturating(max)),
+        );
+    }
+    if let (Some(started), Some(boot)) = (field(22), boot_time()) {
+        registry.register(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds",
+            ConstGauge::new(saturating(boot + (started as f64 / USER_HZ) as u64)),
+        );
+    }
+}
+
+fn saturating(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A `kB` line of `/proc/self/status`.
+fn status_kib(key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// The soft limit on open files.
+fn max_fds() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// When the machine booted, in seconds since the epoch (`btime` of `/proc/stat`).
+fn boot_time() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

@@ -40,6 +40,12 @@ pub enum StartError {
         live.holder.instance
     )]
     InstanceLive { live: Box<LiveBoot> },
+    /// Another process serves the same SQLite data directory.
+    #[error(
+        "the SQLite store in {dir} is in use by another process ({}): one gateway per data directory; stop the other, or give this one another store.path (several gateways share a PostgreSQL store, not an SQLite one)",
+        holder.as_deref().unwrap_or("who, it did not say")
+    )]
+    DataDirInUse { dir: String, holder: Option<String> },
     /// While serving, this process's liveness lease lapsed (the store was out of reach) and
     /// another process registered under its instance name: it stopped serving.
     #[error("another process took this gateway's instance name; this one stopped serving")]
@@ -58,8 +64,47 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    let admin = bind_admin(&config).await?;
     let state = open(&config).await?;
-    serve(state, &config, listener, shutdown).await
+    serve_on(
+        state,
+        &config,
+        Listeners {
+            public: listener,
+            admin,
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// The listeners a gateway serves: `listen`, and `admin_listen` when the config sets it.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `listen`: every route, or without `admin_listen`'s routes when there is an admin
+    /// listener ([`crate::Routes`]).
+    pub public: TcpListener,
+    /// `admin_listen`: the operator's routes only.
+    pub admin: Option<TcpListener>,
+}
+
+/// Binds `admin_listen`, when the config sets it.
+///
+/// # Errors
+/// [`StartError::Serve`] when the address cannot be bound.
+pub async fn bind_admin(config: &Config) -> Result<Option<TcpListener>, StartError> {
+    match &config.admin_listen {
+        None => Ok(None),
+        Some(addr) => TcpListener::bind(addr.as_str())
+            .await
+            .map(Some)
+            .map_err(|e| {
+                StartError::Serve(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on admin_listen {addr}: {e}"),
+                ))
+            }),
+    }
 }
 
 /// Everything that can fail before serving: every source's verifier is built, the store is
@@ -78,6 +123,9 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // The embedded store serves one gateway: a second one on the same directory is refused
+    // before it touches the store (its own steady clock and writer would race the first's).
+    let data_lock = lock_data_dir(config)?;
     let store = AnyStore::open(&config.store).await?;
     // The tier is reached now, so a Redis that is down is said at start; the gateway still
     // serves, from the store alone, until it is back.
@@ -103,12 +151,66 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     } else {
         tracing::info!(instance = %instance, boot = boot.holder.boot, "registered this boot");
     }
-    Ok(AppState::with_sources(
-        config,
-        sources,
-        store,
-        Some(boot.holder),
-    ))
+    let state = AppState::with_sources(config, sources, store, Some(boot.holder));
+    *state.data_lock.lock().unwrap_or_else(|p| p.into_inner()) = data_lock;
+    Ok(state)
+}
+
+/// The file in an SQLite store's data directory that `serve` holds locked while it runs.
+pub const SERVE_LOCK: &str = "serve.lock";
+
+/// For the embedded SQLite store: takes the exclusive lock on its data directory's
+/// [`SERVE_LOCK`] (creating the directory, as the store would), and writes who holds it. Held
+/// until the process ends (the operating system releases it after a crash too). `None` for the
+/// other stores.
+///
+/// # Errors
+/// [`StartError::DataDirInUse`] when another process holds it, naming that process;
+/// [`StartError::Serve`] when the lock file cannot be made.
+fn lock_data_dir(config: &Config) -> Result<Option<std::fs::File>, StartError> {
+    use std::io::{Read, Seek, Write};
+    if config.store.kind != idemgate::StoreKind::Sqlite {
+        return Ok(None);
+    }
+    let dir = &config.store.path;
+    let path = dir.join(SERVE_LOCK);
+    let cannot = |e: std::io::Error| {
+        StartError::Serve(std::io::Error::new(
+            e.kind(),
+            format!("cannot lock {}: {e}", path.display()),
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(cannot)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(cannot)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(StartError::DataDirInUse {
+                dir: dir.display().to_string(),
+                holder: Some(holder.trim().to_owned()).filter(|h| !h.is_empty()),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(cannot(e)),
+    }
+    let who = format!(
+        "idemgate serve, pid {} on {}, listening on {}",
+        std::process::id(),
+        config::host_name(),
+        config.listen
+    );
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(who.as_bytes()))
+        .map_err(cannot)?;
+    Ok(Some(file))
 }
 
 /// Registers `req`'s boot. While the instance's latest boot is alive:
@@ -229,6 +331,31 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    let admin = bind_admin(config).await?;
+    serve_on(
+        state,
+        config,
+        Listeners {
+            public: listener,
+            admin,
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// As [`serve`], on listeners bound by the caller (`idemgate serve` binds both before it opens
+/// the store): with an admin listener, the public one serves [`crate::Routes::Public`] and the
+/// admin one [`crate::Routes::Admin`]; without, the public one serves every route.
+///
+/// # Errors
+/// As [`run`].
+pub async fn serve_on(
+    state: AppState,
+    config: &Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
     let cancel = CancellationToken::new();
     let superseded = CancellationToken::new();
     let heartbeat = spawn_heartbeat(
@@ -260,7 +387,46 @@ pub async fn serve(
     );
     let dispatching = CancellationToken::new();
     let dispatchers = crate::dispatch::spawn(&state, &dispatching);
-    let result = accept_loop(listener, app(state.clone()), &state, shutdown).await;
+    // One stop for every listener.
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            stop.cancel();
+        }
+    });
+    let result = match listeners.admin {
+        None => {
+            accept_loop(
+                listeners.public,
+                app(state.clone()),
+                &state,
+                state.limits.connection_cap(),
+                stop.clone().cancelled_owned(),
+            )
+            .await
+        }
+        Some(admin) => {
+            let (public, admin) = tokio::join!(
+                accept_loop(
+                    listeners.public,
+                    crate::router(state.clone(), crate::Routes::Public),
+                    &state,
+                    state.limits.connection_cap(),
+                    stop.clone().cancelled_owned(),
+                ),
+                accept_loop(
+                    admin,
+                    crate::router(state.clone(), crate::Routes::Admin),
+                    &state,
+                    ADMIN_CONNECTIONS,
+                    stop.clone().cancelled_owned(),
+                ),
+            );
+            public.and(admin)
+        }
+    };
     settle_forwards(&state).await;
     // The inbox: stop taking, let deliveries in flight finish within the grace; the rest stays
     // queued.
@@ -292,6 +458,15 @@ pub async fn serve(
     {
         tracing::warn!(error = %ErrorChain(&e), "cannot end this boot's liveness lease; the next start under its name waits for it to lapse");
     }
+    // The data directory is free for the next gateway at once (a task the page left running may
+    // hold the state a moment longer).
+    drop(
+        state
+            .data_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(),
+    );
     tracing::info!("stopped");
     match superseded_by {
         Some(e) => Err(StartError::Superseded(e)),
@@ -334,6 +509,9 @@ async fn settle_forwards(state: &AppState) {
 /// How long past the longest `forward_timeout` shutdown waits for forwards to settle.
 const FORWARD_SETTLE_MARGIN: Duration = Duration::from_secs(10);
 
+/// Most connections the admin listener serves at once (scrapers, probes, an operator's browser).
+const ADMIN_CONNECTIONS: usize = 64;
+
 /// Serves HTTP/1.1 connections until `shutdown`, then drains: stops accepting, asks every
 /// connection to finish its request in flight and close, and after `grace` drops the requests
 /// still running. A forward in flight is not dropped with its request: it runs on a task of its
@@ -348,6 +526,7 @@ async fn accept_loop(
     listener: TcpListener,
     app: Router,
     state: &AppState,
+    cap: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     use hyper_util::rt::{TokioIo, TokioTimer};
@@ -355,7 +534,6 @@ async fn accept_loop(
     use hyper_util::service::TowerToHyperService;
 
     let limits = state.limits.clone();
-    let cap = limits.connection_cap();
     let slots = Arc::new(Semaphore::new(cap));
     let refusal = refusal();
     let mut refused = Refusals::default();
@@ -386,6 +564,7 @@ async fn accept_loop(
                 let service = TowerToHyperService::new(WithPeer {
                     app: app.clone(),
                     peer,
+                    proxies: state.trusted_proxies.clone(),
                 });
                 // Under pressure (more than half the slots taken), a new connection gets at most
                 // two seconds for its headers: a flood of slow clients then clears itself.
@@ -433,12 +612,62 @@ async fn accept_loop(
     Ok(())
 }
 
-/// The router, with the connection's peer address in each request's extensions (as axum's
-/// [`ConnectInfo`](axum::extract::ConnectInfo)): what a source's `allow_from` is checked against.
+/// The router, with the client's address in each request's extensions (as axum's
+/// [`ConnectInfo`](axum::extract::ConnectInfo)): what a source's `allow_from` and the
+/// dashboard's loopback rule are checked against, and what the request's log line names. The
+/// connection's peer, or, for a peer among `trusted_proxies`, the client `X-Forwarded-For` names
+/// ([`client_of`]).
 #[derive(Debug, Clone)]
 struct WithPeer {
     app: Router,
     peer: std::net::SocketAddr,
+    proxies: Arc<[crate::allow::Cidr]>,
+}
+
+/// The client behind `peer`: `peer` itself, unless it is a trusted proxy; then the right-most
+/// address of `X-Forwarded-For` (every such header, in order) that is not itself a trusted proxy
+/// (each proxy appends the address it got the request from, so the entries left of the first
+/// untrusted one are the client's own word, and never believed). An entry that does not parse
+/// ends the walk at the last trusted hop.
+fn client_of(
+    peer: std::net::SocketAddr,
+    headers: &axum::http::HeaderMap,
+    proxies: &[crate::allow::Cidr],
+) -> std::net::SocketAddr {
+    let trusted = |ip: std::net::IpAddr| proxies.iter().any(|c| c.contains(ip));
+    if !trusted(peer.ip()) {
+        return peer;
+    }
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    let mut client = peer;
+    for hop in hops.iter().rev() {
+        let Some(ip) = parse_hop(hop) else {
+            return client;
+        };
+        client = std::net::SocketAddr::new(ip, 0);
+        if !trusted(ip) {
+            return client;
+        }
+    }
+    client
+}
+
+/// One `X-Forwarded-For` entry: an address, with or without a port (`[v6]:port`, `v4:port`).
+fn parse_hop(hop: &str) -> Option<std::net::IpAddr> {
+    hop.parse()
+        .ok()
+        .or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| {
+            hop.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .and_then(|h| h.parse().ok())
+        })
 }
 
 impl tower_service::Service<axum::http::Request<hyper::body::Incoming>> for WithPeer {
@@ -457,8 +686,13 @@ impl tower_service::Service<axum::http::Request<hyper::body::Incoming>> for With
     }
 
     fn call(&mut self, mut req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        let client = if self.proxies.is_empty() {
+            self.peer
+        } else {
+            client_of(self.peer, req.headers(), &self.proxies)
+        };
         req.extensions_mut()
-            .insert(axum::extract::ConnectInfo(self.peer));
+            .insert(axum::extract::ConnectInfo(client));
         self.app.call(req)
     }
 }
@@ -560,6 +794,51 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(open_files_limit().is_some_and(|n| n > 0));
         }
+    }
+
+    #[test]
+    fn the_client_behind_trusted_proxies_is_the_rightmost_untrusted_hop() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let proxies: Vec<crate::allow::Cidr> = ["10.0.0.0/8", "127.0.0.1"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        let peer = |ip: &str| std::net::SocketAddr::new(ip.parse().unwrap(), 4000);
+        let xff = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let ip = |a: std::net::SocketAddr| a.ip().to_string();
+        // A peer that is not a trusted proxy is the client, whatever it claims.
+        let h = xff(&["203.0.113.9"]);
+        assert_eq!(
+            ip(client_of(peer("198.51.100.7"), &h, &proxies)),
+            "198.51.100.7"
+        );
+        // Through two trusted hops: the right-most untrusted address; what the client wrote
+        // itself, to the left, is not believed.
+        let h = xff(&["1.2.3.4, 203.0.113.9, 10.1.1.1"]);
+        assert_eq!(
+            ip(client_of(peer("127.0.0.1"), &h, &proxies)),
+            "203.0.113.9"
+        );
+        let h = xff(&["1.2.3.4", "203.0.113.9:5555, 10.1.1.1"]);
+        assert_eq!(
+            ip(client_of(peer("127.0.0.1"), &h, &proxies)),
+            "203.0.113.9"
+        );
+        let h = xff(&["[2001:db8::1]:443"]);
+        assert_eq!(ip(client_of(peer("10.0.0.2"), &h, &proxies)), "2001:db8::1");
+        // No header, or garbage: the last trusted hop, never a client's word.
+        assert_eq!(
+            ip(client_of(peer("10.0.0.2"), &HeaderMap::new(), &proxies)),
+            "10.0.0.2"
+        );
+        let h = xff(&["1.2.3.4, nonsense, 10.1.1.1"]);
+        assert_eq!(ip(client_of(peer("127.0.0.1"), &h, &proxies)), "10.1.1.1");
     }
 
     #[test]

@@ -124,6 +124,12 @@ pub struct Inner {
     pub(crate) forwards: tokio_util::task::TaskTracker,
     /// The bytes of request bodies held at once, across every connection.
     pub(crate) body_budget: crate::budget::BodyBudget,
+    /// The inbox sources whose dispatcher runs now.
+    pub(crate) dispatchers: crate::dispatch::Running,
+    /// `trusted_proxies`: whose `X-Forwarded-For` names the client.
+    pub(crate) trusted_proxies: Arc<[crate::allow::Cidr]>,
+    /// The SQLite data directory's serve lock, held while this gateway runs ([`crate::open`]).
+    pub(crate) data_lock: Mutex<Option<std::fs::File>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -229,6 +235,9 @@ impl AppState {
             holder,
             inbox_wakeup: tokio::sync::Notify::new(),
             forwards: tokio_util::task::TaskTracker::new(),
+            dispatchers: crate::dispatch::Running::default(),
+            trusted_proxies: config.trusted_proxies().into(),
+            data_lock: Mutex::default(),
             body_budget: crate::budget::BodyBudget::new(config.limits.body_budget(&config.sources)),
             sources,
             dedup: dedup.build(),
@@ -374,13 +383,37 @@ impl AppState {
 
     /// Logs and counts a finished request by its outcome: the one place each outcome is
     /// emitted (the guard layer calls it), so the log line and the metric cannot drift.
-    pub(crate) fn record(&self, source: &str, outcome: Outcome, status: axum::http::StatusCode) {
+    pub(crate) fn record(
+        &self,
+        source: &str,
+        outcome: Outcome,
+        status: axum::http::StatusCode,
+        client: Option<std::net::IpAddr>,
+    ) {
         self.metrics.delivery(source, outcome.as_str());
         tracing::info!(
             source,
             outcome = outcome.as_str(),
             status = status.as_u16(),
+            client = client.map(tracing::field::display),
             "request"
+        );
+    }
+
+    /// Logs and counts a request that named no configured source (a path no route serves, an
+    /// unknown source): apart from the sources' deliveries, by outcome.
+    pub(crate) fn refused(
+        &self,
+        outcome: Outcome,
+        status: axum::http::StatusCode,
+        client: Option<std::net::IpAddr>,
+    ) {
+        self.metrics.refused(outcome.as_str());
+        tracing::info!(
+            outcome = outcome.as_str(),
+            status = status.as_u16(),
+            client = client.map(tracing::field::display),
+            "request refused"
         );
     }
 
@@ -455,15 +488,21 @@ impl AppState {
     /// Inbox mode: each inbox source's queue, by the store's clock (empty without inbox sources,
     /// or when the store cannot tell: the reason is logged).
     pub(crate) async fn inbox_stats(&self) -> Vec<idemgate_core::inbox::InboxStats> {
+        self.read_inbox().await.unwrap_or_default()
+    }
+
+    /// Every queue that holds anything, or `None` when the store could not say (logged), or when
+    /// no source runs in inbox mode.
+    pub(crate) async fn read_inbox(&self) -> Option<Vec<idemgate_core::inbox::InboxStats>> {
         use idemgate_core::inbox::Inbox;
         if !self.sources.values().any(|s| s.mode == Mode::Inbox) {
-            return Vec::new();
+            return None;
         }
         match self.store.inbox_stats().await {
-            Ok(stats) => stats,
+            Ok(stats) => Some(stats),
             Err(e) => {
-                tracing::warn!(error = %error::ErrorChain(&e), "cannot read the inbox for /metrics");
-                Vec::new()
+                tracing::warn!(error = %error::ErrorChain(&e), "cannot read the inbox");
+                None
             }
         }
     }
@@ -515,11 +554,11 @@ fn observe_claim(
     result: Result<&ClaimOutcome, &StoreError>,
     took: Duration,
 ) {
-    metrics.claim_latency(took);
+    let source = &req.key.source;
+    metrics.claim_latency(source.as_str(), took);
     let Ok(outcome) = result else {
         return;
     };
-    let source = &req.key.source;
     if let ClaimOutcome::Claimed {
         late_duplicate: Some(first_seen),
         ..

@@ -323,7 +323,7 @@ async fn healthz_and_metrics() {
     for line in [
         "idemgate_deliveries_total{source=\"orders\",outcome=\"accepted\"} 1",
         "idemgate_deliveries_total{source=\"orders\",outcome=\"duplicate\"} 1",
-        "idemgate_claim_duration_seconds_count 2",
+        "idemgate_claim_duration_seconds_count{source=\"orders\"} 2",
         "idemgate_live_rows 1",
         "idemgate_sweeper_runs_total",
     ] {
@@ -378,7 +378,8 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
     let r = gw.post(hook, h, &br#"{"id":"evt_bin"}"#[..]).await;
     assert_eq!((r.status, r.outcome()), (401, "malformed_header"));
 
-    // Ten thousand distinct unknown sources: each a 404, one metrics label for all.
+    // Ten thousand distinct unknown sources: each a 404, counted apart from the sources'
+    // deliveries (no pseudo-source), with no label of their names.
     let mut tasks = tokio::task::JoinSet::new();
     let base = gw.url("/hooks/");
     for chunk in 0..16 {
@@ -402,12 +403,20 @@ async fn bad_input_gets_a_clear_4xx_and_the_gateway_keeps_serving() {
     }
     let m = String::from_utf8(gw.get("/metrics").await.unwrap().body.to_vec()).unwrap();
     assert!(
-        m.contains(
-            "idemgate_deliveries_total{source=\"unknown\",outcome=\"unknown_source\"} 10000"
-        ),
+        m.contains("idemgate_refused_requests_total{outcome=\"unknown_source\"} 10000"),
         "{m}"
     );
     assert!(!m.contains("nope-"), "unknown names never become labels");
+    assert!(!m.contains("source=\"unknown\""), "no pseudo-source: {m}");
+    // A path no route serves is refused apart too.
+    let r = gw.get("/wp-login.php").await.unwrap();
+    assert_eq!(r.status, 404);
+    let m = String::from_utf8(gw.get("/metrics").await.unwrap().body.to_vec()).unwrap();
+    assert!(
+        m.contains("idemgate_refused_requests_total{outcome=\"not_found\"} 1"),
+        "{m}"
+    );
+    assert!(!m.contains("source=\"unknown\""), "{m}");
 
     // A slow body: headers, then nothing: 408 after the request timeout, connection closed.
     let started = std::time::Instant::now();

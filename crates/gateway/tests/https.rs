@@ -7,6 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use idemgate_core::inbox::ReplayFilter;
 use idemgate_core::store::ClaimStore;
 use idemgate_core::{HistoryOutcome, Key};
 use idemgate_tls::testing::TestCa;
@@ -281,7 +282,7 @@ async fn an_inbox_source_dispatches_over_https_and_dead_letters_a_refused_handsh
     let mut dead = Vec::new();
     until("the dead letter", async || {
         dead = store
-            .dead_letters(None, std::num::NonZeroU32::MIN)
+            .dead_letters(&ReplayFilter::default(), std::num::NonZeroU32::MIN)
             .await
             .unwrap();
         !dead.is_empty()

@@ -160,6 +160,17 @@ fn store(gw: &Gateway) -> idemgate_sqlite::SqliteStore {
 async fn a_slow_downstream_gets_each_event_once_while_senders_are_answered_at_once() {
     let down = Downstream::start(ok(Duration::from_millis(300))).await;
     let gw = Gateway::start(&config(&down.url, "concurrency = 2")).await;
+    // An empty queue is on every scrape, at 0 (absent series would fire `absent()` alerts).
+    let metrics = gw.get("/metrics").await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    for series in [
+        "idemgate_inbox_pending{source=\"shop\"} 0",
+        "idemgate_inbox_in_flight{source=\"shop\"} 0",
+        "idemgate_inbox_dead{source=\"shop\"} 0",
+        "idemgate_inbox_oldest_pending_seconds{source=\"shop\"} 0.0",
+    ] {
+        assert!(text.contains(series), "no {series} in\n{text}");
+    }
     let started = Instant::now();
     let a = deliver(&gw, "evt_1").await;
     assert_eq!((a.status, a.outcome()), (202, "queued"), "{:?}", a.body);
@@ -282,7 +293,7 @@ async fn an_always_failing_downstream_dead_letters_and_replay_delivers_once_it_i
         assert!(started.elapsed() < Duration::from_secs(10), "never dead");
         tokio::time::sleep(Duration::from_millis(50)).await;
         dead = s
-            .dead_letters(None, std::num::NonZeroU32::MIN)
+            .dead_letters(&ReplayFilter::default(), std::num::NonZeroU32::MIN)
             .await
             .unwrap();
     }
@@ -298,13 +309,97 @@ async fn an_always_failing_downstream_dead_letters_and_replay_delivers_once_it_i
         text.contains("idemgate_inbox_dead{source=\"shop\"} 1"),
         "{text}"
     );
+    // /healthz and the dashboard say the same of it: a warning, naming the dead letter.
+    let health = gw.get("/healthz").await.unwrap().json();
+    assert_eq!(health["status"], "degraded", "{health}");
+    let inbox = health["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "inbox")
+        .unwrap()
+        .clone();
+    assert_eq!(inbox["status"], "warn", "{inbox}");
+    assert!(
+        inbox["error"].as_str().unwrap().contains("1 dead letter"),
+        "{inbox}"
+    );
+    let page = String::from_utf8_lossy(&gw.get("/dashboard").await.unwrap().body).into_owned();
+    assert!(
+        page.contains("shop: 1 dead letter wait"),
+        "the dashboard agrees"
+    );
+    // The event's page tells its story: dead, after three failed attempts.
+    let event = gw.get("/dashboard/events/shop/evt_4").await.unwrap();
+    let event = String::from_utf8_lossy(&event.body).into_owned();
+    assert!(event.contains("data-inbox-state=\"dead\""), "{event}");
+    assert!(event.contains("attempt 3 failed"), "{event}");
+    assert!(event.contains("HTTP 500"), "{event}");
+    assert!(
+        event.contains("<dt>delivered</dt><dd>not yet</dd>"),
+        "{event}"
+    );
+
+    // The overview lists the dead letter with its last error, the downstream's last answer and
+    // the source's latest deliveries.
+    for part in [
+        "data-dead=\"evt_4\"",
+        "downstream answered 500",
+        "data-field=\"downstream_last\">failed: the downstream answered 500",
+        "data-recent=\"shop\"",
+        "data-outcome=\"dead_lettered\"",
+    ] {
+        assert!(page.contains(part), "no {part:?} in the dashboard");
+    }
 
     down.set(ok(Duration::ZERO));
-    let moved = s
-        .replay_dead_letters(&ReplayFilter::default(), "downstream fixed")
-        .await
-        .unwrap();
-    assert_eq!(moved, 1);
+    // Replayed with the dashboard's button: the page's form token, a reason, one event.
+    let form_token = page
+        .split("name=\"form_token\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a form token in the page")
+        .to_owned();
+    let form = |body: String, extra: &[(&str, &str)]| {
+        let mut h = support::headers(&[("content-type", "application/x-www-form-urlencoded")]);
+        for (k, v) in extra {
+            h.insert(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        (h, body)
+    };
+    let (h, body) = form(
+        "form_token=wrong&source=shop&event_id=evt_4&reason=x".into(),
+        &[],
+    );
+    assert_eq!(gw.post("/dashboard/replay", h, body).await.status, 403);
+    let (h, body) = form(
+        format!("form_token={form_token}&source=shop&event_id=evt_4&reason=x"),
+        &[("sec-fetch-site", "cross-site")],
+    );
+    assert_eq!(gw.post("/dashboard/replay", h, body).await.status, 403);
+    let (h, body) = form(
+        format!("form_token={form_token}&source=shop&event_id=evt_4&reason=+"),
+        &[],
+    );
+    let r = gw.post("/dashboard/replay", h, body).await;
+    assert_eq!((r.status, r.outcome()), (400, "invalid_reason"));
+    assert_eq!(
+        s.dead_letters(&ReplayFilter::default(), std::num::NonZeroU32::MIN)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "refused forms moved nothing"
+    );
+    let (h, body) = form(
+        format!("form_token={form_token}&source=shop&event_id=evt_4&reason=downstream+fixed"),
+        &[],
+    );
+    let r = gw.post("/dashboard/replay", h, body).await;
+    assert_eq!((r.status, r.outcome()), (303, "replayed"), "{:?}", r.body);
     until(Duration::from_secs(10), "the replayed delivery", || {
         down.attempts("shop:evt_4").len() == 4
     })
@@ -322,6 +417,31 @@ async fn an_always_failing_downstream_dead_letters_and_replay_delivers_once_it_i
         .find(|h| h.outcome == idemgate_core::HistoryOutcome::Replayed)
         .expect("a replayed row");
     assert_eq!(replayed.note.as_deref(), Some("downstream fixed"));
+    // Every failed attempt is in history, with its error: after the delivery too, when the item
+    // (and its attempt log) is gone.
+    let failed: Vec<_> = view
+        .history
+        .iter()
+        .filter(|h| {
+            matches!(
+                h.outcome,
+                idemgate_core::HistoryOutcome::AttemptFailed
+                    | idemgate_core::HistoryOutcome::DeadLettered
+            )
+        })
+        .map(|h| (h.attempt, h.note.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert!(
+        failed.iter().all(|(_, note)| note.contains("500")),
+        "{failed:?}"
+    );
+    let event = gw.get("/dashboard/events/shop/evt_4").await.unwrap();
+    let event = String::from_utf8_lossy(&event.body).into_owned();
+    assert!(event.contains("data-inbox-state=\"delivered\""), "{event}");
+    assert!(event.contains("downstream fixed"), "{event}");
+    let health = gw.get("/healthz").await.unwrap().json();
+    assert_eq!(health["status"], "ok", "{health}");
     gw.stop().await;
 }
 

@@ -55,12 +55,32 @@ async fn a_second_start_under_a_live_instance_name_is_refused_and_frees_nothing(
     }
     assert_eq!(down.attempts("stripe-live:evt_live"), [1]);
 
-    // The same config started again (an operator's typo, a supervisor too eager).
-    let started = Instant::now();
+    // The same config started again (an operator's typo, a supervisor too eager): on SQLite,
+    // the data directory's serve lock refuses it at once, naming the first process, before it
+    // opens the store.
     let config = idemgate_gateway::Config::from_toml(&text).unwrap();
     let second = idemgate_gateway::open(&config).await;
-    let Err(StartError::InstanceLive { live: holder }) = second else {
+    let Err(e @ StartError::DataDirInUse { .. }) = second else {
         panic!("the second start was not refused: {:?}", second.map(|_| ()));
+    };
+    let message = e.to_string();
+    assert!(
+        message.contains("is in use by another process")
+            && message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    // Past the lock (a second gateway on the same store by another way in: the store's own
+    // guard), the instance name is still refused while the first holds it.
+    let started = Instant::now();
+    let store = idemgate::AnyStore::open(&config.store).await.unwrap();
+    let request = idemgate_core::BootRequest::new(
+        config.instance_name(),
+        config.instance_lease,
+        "elsewhere".to_owned(),
+    );
+    let second = idemgate_core::Instances::register_boot(&store, &request).await;
+    let Err(idemgate_core::StoreError::InstanceLive { live: holder }) = second else {
+        panic!("the instance was not refused: {:?}", second.map(|_| ()));
     };
     assert!(
         started.elapsed() < Duration::from_secs(5),

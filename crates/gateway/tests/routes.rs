@@ -265,9 +265,22 @@ async fn hooks_map_signature_failures_and_accept_what_verifies() {
 #[tokio::test]
 async fn admin_routes_answer_with_their_outcomes() {
     let r = router();
+    // The router alone runs no dispatcher for its inbox source: degraded (still 200), saying so.
     let a = call(&r, request(Method::GET, "/healthz", Body::empty(), false)).await;
-    assert_eq!((a.status.as_u16(), a.header.as_str()), (200, "healthy"));
-    assert_eq!(a.json["status"], "ok", "{a:?}");
+    assert_eq!((a.status.as_u16(), a.header.as_str()), (200, "degraded"));
+    assert_eq!(a.json["status"], "degraded", "{a:?}");
+    let dispatchers = a.json["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "dispatchers")
+        .unwrap()
+        .clone();
+    assert_eq!(dispatchers["status"], "stopped", "{a:?}");
+    let a = call(&r, request(Method::GET, "/livez", Body::empty(), false)).await;
+    assert_eq!((a.status.as_u16(), a.header.as_str()), (200, "live"));
+    let a = call(&r, request(Method::GET, "/readyz", Body::empty(), false)).await;
+    assert_problem(&a, 503, "not_ready");
 
     let a = call(&r, request(Method::GET, "/metrics", Body::empty(), false)).await;
     assert_eq!(a.status.as_u16(), 200);

@@ -3,9 +3,11 @@
 //! listen address and once on another port, both at once.
 //!
 //! The one on g1's address must fail at bind ("cannot listen"), before it touches the store.
-//! The one on another port must be refused by the store: the instance name is held by a live
-//! process, whose liveness lease it sees renewed within one `instance_lease` (3 s here), so it
-//! exits non-zero saying "is held by a live process". Neither may free g1's claims (no "freed
+//! The one on another port must be refused: on PostgreSQL by the store, as the instance name is
+//! held by a live process whose liveness lease it sees renewed within one `instance_lease` (3 s
+//! here), so it exits non-zero saying "is held by a live process"; on SQLite before it opens the
+//! store, as the data directory's serve lock is held ("is in use by another process"). Neither
+//! may free g1's claims (no "freed
 //! the claims an earlier boot of this instance held" in any log, no `abandoned` in the history
 //! of the events g1 had in flight), neither may serve, g1 must go on serving, and no event may
 //! be forwarded twice.
@@ -107,7 +109,7 @@ pub async fn second_start(ctx: &Ctx, name: &'static str, store: Store) -> anyhow
     run.settle(SECS(15)).await?;
     let mut v = run.finish().await?;
 
-    check_refusals(&mut v, &same, &moved);
+    check_refusals(&mut v, &same, &moved, store);
     if !alive {
         v.failures.push(
             "g1 no longer served after the second starts (its process gone, or /metrics unanswered)"
@@ -168,13 +170,15 @@ pub async fn second_start(ctx: &Ctx, name: &'static str, store: Store) -> anyhow
     Ok(v)
 }
 
-/// The second start on g1's address failed at bind; the one on another port was refused by the
-/// store, as a live instance. Neither served.
-fn check_refusals(v: &mut Verdict, same: &SecondStart, moved: &SecondStart) {
-    for (s, expected) in [
-        (same, "cannot listen"),
-        (moved, "is held by a live process"),
-    ] {
+/// The second start on g1's address failed at bind; the one on another port was refused: by the
+/// data directory's lock (SQLite), or by the store as a live instance (PostgreSQL). Neither
+/// served.
+fn check_refusals(v: &mut Verdict, same: &SecondStart, moved: &SecondStart, store: Store) {
+    let refusal = match store {
+        Store::Sqlite => "is in use by another process",
+        Store::Postgres => "is held by a live process",
+    };
+    for (s, expected) in [(same, "cannot listen"), (moved, refusal)] {
         v.notes.push(format!(
             "second start {} ({}): {} after {:.2} s; it said: {}",
             s.what,

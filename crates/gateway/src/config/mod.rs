@@ -67,6 +67,16 @@ pub enum ConfigError {
         #[source]
         error: Box<ConfigError>,
     },
+    /// A validation error about a value set by an environment variable, which it names.
+    #[error("{variable}: {error}")]
+    Env {
+        variable: String,
+        #[source]
+        error: Box<ConfigError>,
+    },
+    /// Every problem found, one per line: a configuration is refused with all of them at once.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Many(Vec<ConfigError>),
 }
 
 /// The whole configuration file.
@@ -98,6 +108,18 @@ pub struct Config {
     /// `{ token = "...", scopes = ["claims"] }` only those it names.
     #[serde(default)]
     pub api_tokens: Vec<ApiToken>,
+    /// A second listener, `host:port`, for the operator's routes: when set, `/metrics`,
+    /// `/healthz`, `/livez`, `/readyz`, `/dashboard`, `/openapi.json` and the claim API's replay
+    /// route are served only there, and `listen` serves only `/hooks/*` and the claim API's
+    /// worker routes. The production setting: keep it on a private address.
+    pub admin_listen: Option<String>,
+    /// Reverse proxies and load balancers whose `X-Forwarded-For` is believed, as addresses or
+    /// CIDR blocks (`10.0.0.0/8`, `127.0.0.1`): for a connection from one of them, the client's
+    /// address is the right-most address of `X-Forwarded-For` that is not itself a trusted
+    /// proxy. That address is what `allow_from` and the dashboard's loopback rule judge, and what
+    /// the request's log line names. Empty (the default): the connection's own peer.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// A token that opens `/dashboard` from any address (as a bearer token, or once in a
     /// browser as `/dashboard?token=...`, kept in a cookie). Without it, the dashboard answers
     /// loopback peers only (and `api_tokens` from anywhere); with it, every peer needs a token.
@@ -707,16 +729,20 @@ impl Config {
 
     fn from_figment(figment: Figment, file: Option<&Path>) -> Result<Self, ConfigError> {
         let config = Self::extract(&figment)?;
-        match config.validate() {
-            Ok(()) => Ok(config),
-            Err(error) => Err(config.locate(error, file)),
+        let mut problems: Vec<ConfigError> = config
+            .problems()
+            .into_iter()
+            .map(|e| config.locate_in(e, file, Some(&figment)))
+            .collect();
+        match problems.len() {
+            0 => Ok(config),
+            1 => Err(problems.remove(0)),
+            _ => Err(ConfigError::Many(problems)),
         }
     }
 
     fn extract(figment: &Figment) -> Result<Self, ConfigError> {
-        figment
-            .extract()
-            .map_err(|e| ConfigError::Parse(report::render(&e, figment)))
+        report::extract_all(figment).map_err(|errors| ConfigError::Parse(errors.join("\n")))
     }
 
     /// Reads `file` (and the environment) as [`Config::load`] does, but without validating:
@@ -725,13 +751,29 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Parse`] when the file does not deserialize.
     pub fn parse(file: &Path) -> Result<Self, ConfigError> {
+        Self::parse_checked(file).map(|(config, _)| config)
+    }
+
+    /// [`Config::parse`], with every problem [`Config::validate`] would refuse, each located
+    /// where its key was written: the file's line, or the environment variable that set it.
+    ///
+    /// # Errors
+    /// As [`Config::parse`].
+    pub fn parse_checked(file: &Path) -> Result<(Self, Vec<ConfigError>), ConfigError> {
         if !file.exists() {
             return Err(ConfigError::Global {
                 key: "--config",
                 why: format!("{} does not exist", file.display()),
             });
         }
-        Self::extract(&Self::figment(Figment::from(Toml::file_exact(file))))
+        let figment = Self::figment(Figment::from(Toml::file_exact(file)));
+        let config = Self::extract(&figment)?;
+        let problems = config
+            .problems()
+            .into_iter()
+            .map(|e| config.locate_in(e, Some(file), Some(&figment)))
+            .collect();
+        Ok((config, problems))
     }
 
     fn figment(base: Figment) -> Figment {
@@ -746,6 +788,25 @@ impl Config {
     /// `error`, with the file and line where its key is written (for a key that is missing,
     /// where its table is), when that can be told.
     pub fn locate(&self, error: ConfigError, file: Option<&Path>) -> ConfigError {
+        self.locate_in(error, file, None)
+    }
+
+    /// As [`Config::locate`]; with the `figment` the config came from, a value set by an
+    /// environment variable is located there, by the variable's name.
+    fn locate_in(
+        &self,
+        error: ConfigError,
+        file: Option<&Path>,
+        figment: Option<&Figment>,
+    ) -> ConfigError {
+        if let (Some(figment), Some(key)) = (figment, self.key_of(&error))
+            && report::metadata_at(figment, &key).is_some_and(|m| m.name.contains("environment"))
+        {
+            return ConfigError::Env {
+                variable: report::env_name(&key),
+                error: Box::new(error),
+            };
+        }
         let at = file.and_then(|f| {
             let key = self.key_of(&error)?;
             let line =
@@ -788,7 +849,11 @@ impl Config {
             ConfigError::ReasonWithoutOverride { name } => source(name, "ttl_override_reason"),
             ConfigError::Invalid { name, key, .. } => source(name, key),
             ConfigError::Global { key, .. } => Some(key.split('.').map(str::to_owned).collect()),
-            ConfigError::Policy(_) | ConfigError::Parse(_) | ConfigError::At { .. } => None,
+            ConfigError::Policy(_)
+            | ConfigError::Parse(_)
+            | ConfigError::At { .. }
+            | ConfigError::Env { .. }
+            | ConfigError::Many(_) => None,
         }
     }
 
@@ -830,11 +895,26 @@ impl Config {
         })
     }
 
+    /// `trusted_proxies`, parsed (an entry that does not parse is left out; validation refuses
+    /// it).
+    pub fn trusted_proxies(&self) -> Vec<crate::allow::Cidr> {
+        self.trusted_proxies
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
     /// What holds together but an operator should hear of, one line each: a source that takes
     /// any SNS topic or any Pub/Sub service account, a body limit below what the sender
     /// documents sending. `serve` logs them at start, `check` prints them.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.sources.is_empty() {
+            out.push(
+                "no sources are configured: every delivery will be refused 404; add a [[source]] table (see idemgate.example.toml)"
+                    .to_owned(),
+            );
+        }
         for sc in &self.sources {
             if sc.provider == "sns" && sc.allow_any_topic == Some(true) {
                 out.push(format!(
@@ -922,6 +1002,26 @@ impl Config {
         }
         if let Err(e) = check_listen("listen", &self.listen) {
             problems.push(e);
+        }
+        if let Some(admin) = &self.admin_listen {
+            if let Err(e) = check_listen("admin_listen", admin) {
+                problems.push(e);
+            } else if admin == &self.listen {
+                problems.push(ConfigError::Global {
+                    key: "admin_listen",
+                    why: format!(
+                        "{admin:?} is listen's address too: give the admin listener an address of its own (a private one)"
+                    ),
+                });
+            }
+        }
+        for proxy in &self.trusted_proxies {
+            if let Err(why) = proxy.parse::<crate::allow::Cidr>() {
+                problems.push(ConfigError::Global {
+                    key: "trusted_proxies",
+                    why,
+                });
+            }
         }
         if let Some(name) = &self.instance
             && let Err(e) = InstanceName::new(name.as_str())

@@ -9,17 +9,93 @@ use std::path::Path;
 use figment::error::{Error, Kind};
 use figment::{Figment, Source};
 
-/// Renders every error figment found, one after the other.
-pub(crate) fn render(error: &Error, figment: &Figment) -> String {
-    error
-        .clone()
-        .into_iter()
-        .map(|e| one(&e, figment))
-        .collect::<Vec<_>>()
-        .join("; ")
+/// Most errors one extraction reports before it gives up.
+const MOST_ERRORS: usize = 32;
+
+/// Deserializes `figment` into `T`, reporting every error, not only the first: serde stops at
+/// the first (an unknown key, a value of the wrong type), so each one found is rendered, its key
+/// taken out of the data, and the rest deserialized again, until nothing more is wrong (or a
+/// missing key, which no removal mends). Every error is located in the original `figment`.
+///
+/// # Errors
+/// Each error, rendered as a person reads it, in the order found.
+pub(crate) fn extract_all<T: serde::de::DeserializeOwned>(
+    figment: &Figment,
+) -> Result<T, Vec<String>> {
+    let mut errors: Vec<String> = Vec::new();
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let mut current = figment.clone();
+    while errors.len() < MOST_ERRORS {
+        let e = match current.extract::<T>() {
+            Ok(value) if errors.is_empty() => return Ok(value),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        let mut removable = Vec::new();
+        for one in e.clone() {
+            let path = key_path(&one);
+            if seen.contains(&path) {
+                continue;
+            }
+            errors.push(render_one(&one, figment));
+            if !matches!(one.kind, Kind::MissingField(_)) {
+                removable.push(path.clone());
+            }
+            seen.push(path);
+        }
+        match without(&current, &removable) {
+            Some(next) if !removable.is_empty() => current = next,
+            _ => break,
+        }
+    }
+    Err(errors)
 }
 
-fn one(e: &Error, figment: &Figment) -> String {
+/// `figment`'s data without the keys at `paths` (as [`key_path`] gives them).
+fn without(figment: &Figment, paths: &[Vec<String>]) -> Option<Figment> {
+    use figment::Provider;
+    use figment::value::{Dict, Value};
+    let mut data = figment.data().ok()?;
+    let profile = figment.profile().clone();
+    let dict = data.get_mut(&profile)?;
+    fn remove(value: &mut Value, path: &[String]) -> bool {
+        let Some((first, rest)) = path.split_first() else {
+            return false;
+        };
+        match value {
+            Value::Dict(_, dict) if rest.is_empty() => dict.remove(first).is_some(),
+            Value::Dict(_, dict) => dict.get_mut(first).is_some_and(|v| remove(v, rest)),
+            Value::Array(_, items) => first
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| items.get_mut(i))
+                .is_some_and(|v| {
+                    if rest.is_empty() {
+                        false
+                    } else {
+                        remove(v, rest)
+                    }
+                }),
+            _ => false,
+        }
+    }
+    let mut root = Value::from(std::mem::take(dict));
+    let removed = paths.iter().filter(|p| remove(&mut root, p)).count() > 0;
+    if !removed {
+        return None;
+    }
+    let dict: Dict = match root {
+        Value::Dict(_, dict) => dict,
+        _ => return None,
+    };
+    Some(Figment::from(figment::providers::Serialized::from(
+        dict, profile,
+    )))
+}
+
+/// The path of the key an error is about, without figment's profile, with the field of an
+/// unknown or missing key (`["source", "0", "leese"]`).
+fn key_path(e: &Error) -> Vec<String> {
     // figment prefixes its profile ("default") to every path.
     let mut path: Vec<String> = e.path.clone();
     if let Some(profile) = &e.profile
@@ -37,6 +113,59 @@ fn one(e: &Error, figment: &Figment) -> String {
     {
         path.push(field.to_owned());
     }
+    path
+}
+
+/// Where the value at `path` of `figment` was written: `in FILE (line N)`, `in IDEMGATE_...`,
+/// or nothing when it cannot tell.
+pub(crate) fn place(figment: &Figment, path: &[String]) -> Option<String> {
+    let metadata = metadata_at(figment, path)?;
+    match metadata.source.as_ref() {
+        Some(Source::File(file)) => {
+            let line = line_of(file, path)
+                .map(|n| format!(" (line {n})"))
+                .unwrap_or_default();
+            Some(format!("in {}{line}", file.display()))
+        }
+        _ if metadata.name.contains("environment") => {
+            Some(format!("in the environment variable {}", env_name(path)))
+        }
+        _ => None,
+    }
+}
+
+/// The metadata (where it was written) of the value at `path`, array elements included
+/// (`source.1.lease`; figment's own lookup goes through tables only).
+pub(crate) fn metadata_at<'f>(
+    figment: &'f Figment,
+    path: &[String],
+) -> Option<&'f figment::Metadata> {
+    use figment::value::Value;
+    let (first, rest) = path.split_first()?;
+    let mut value = figment.find_value(first).ok()?;
+    for part in rest {
+        value = match value {
+            Value::Dict(_, mut dict) => dict.remove(part)?,
+            Value::Array(_, mut items) => {
+                let i: usize = part.parse().ok()?;
+                if i >= items.len() {
+                    return None;
+                }
+                items.swap_remove(i)
+            }
+            _ => return None,
+        };
+    }
+    figment.get_metadata(value.tag())
+}
+
+/// The environment variable that sets the key at `path`.
+pub(crate) fn env_name(path: &[String]) -> String {
+    format!("IDEMGATE_{}", path.join("__").to_ascii_uppercase())
+}
+
+fn render_one(e: &Error, figment: &Figment) -> String {
+    let path = key_path(e);
     let key = key_name(&path, figment);
     let what = match &e.kind {
         Kind::UnknownField(_, []) => "unknown key".to_owned(),
@@ -60,22 +189,26 @@ fn one(e: &Error, figment: &Figment) -> String {
         Kind::Message(m) => m.clone(),
         other => other.to_string(),
     };
-    let place = match e.metadata.as_ref().and_then(|m| m.source.as_ref()) {
-        Some(Source::File(file)) => {
-            let line = line_of(file, &path)
-                .map(|n| format!(" (line {n})"))
-                .unwrap_or_default();
-            format!(" in {}{line}", file.display())
-        }
-        _ if e
-            .metadata
-            .as_ref()
-            .is_some_and(|m| m.name.contains("environment")) =>
-        {
-            format!(" in IDEMGATE_{}", path.join("__").to_ascii_uppercase())
-        }
-        _ => String::new(),
-    };
+    // Where the value was written, read off the original figment (the error's own metadata is
+    // a re-extraction's, after earlier errors' keys were taken out); a missing key has no value,
+    // so its table's place, and failing that the error's own.
+    let place = place(figment, &path)
+        .or_else(|| place(figment, path.split_last()?.1).filter(|_| path.len() > 1))
+        .or_else(
+            || match e.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+                Some(Source::File(file)) => Some(format!("in {}", file.display())),
+                _ if e
+                    .metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name.contains("environment")) =>
+                {
+                    Some(format!("in the environment variable {}", env_name(&path)))
+                }
+                _ => None,
+            },
+        )
+        .map(|p| format!(" {p}"))
+        .unwrap_or_default();
     if key.is_empty() {
         format!("configuration{place}: {what}")
     } else {

@@ -31,11 +31,18 @@ fn meaning(outcome: HistoryOutcome) -> &'static str {
         }
         HistoryOutcome::DeadLettered => "inbox: out of attempts, kept as a dead letter",
         HistoryOutcome::Replayed => "inbox: a dead letter moved back to the queue",
+        HistoryOutcome::AttemptFailed => {
+            "inbox: a delivery from the queue failed; it will be tried again"
+        }
     }
 }
 
-pub(crate) fn render(view: &EventView, state: &AppState) -> String {
-    let report = EventReport::from(view);
+pub(crate) fn render(
+    view: &EventView,
+    queued: &[idemgate_core::inbox::QueueEntry],
+    state: &AppState,
+) -> String {
+    let report = EventReport::new(view, queued);
     let source = view.key.source.as_str();
     let event_id = view.key.event_id.as_str();
     let mut names: Vec<&str> = state.sources.keys().map(String::as_str).collect();
@@ -103,6 +110,51 @@ pub(crate) fn render(view: &EventView, state: &AppState) -> String {
         ),
     }
     b.push_str("</dl></section>\n");
+    if let Some(inbox) = &report.inbox {
+        b.push_str("<section class=\"card\" aria-labelledby=\"inbox-h\"><h3 id=\"inbox-h\">Inbox</h3>\n<dl class=\"facts\">");
+        let _ = write!(
+            b,
+            "<dt>state</dt><dd data-inbox-state=\"{s}\">{s}</dd>",
+            s = inbox.state
+        );
+        if let Some(at) = &inbox.queued_at {
+            fact(&mut b, "queued", at);
+        }
+        for a in &inbox.attempts {
+            fact(
+                &mut b,
+                &format!(
+                    "attempt {} failed",
+                    a.attempt.map_or_else(|| "-".to_owned(), |n| n.to_string())
+                ),
+                &format!(
+                    "{}: {}{}",
+                    a.at,
+                    a.status.map(|s| format!("HTTP {s}, ")).unwrap_or_default(),
+                    a.error.as_deref().unwrap_or("failed")
+                ),
+            );
+        }
+        if let Some(at) = &inbox.dead_lettered_at {
+            fact(&mut b, "dead-lettered", at);
+        }
+        for r in &inbox.replays {
+            fact(
+                &mut b,
+                "replayed",
+                &format!("{} (reason: {})", r.at, r.reason.as_deref().unwrap_or("-")),
+            );
+        }
+        if let Some(at) = &inbox.next_attempt_at {
+            fact(&mut b, "next attempt", at);
+        }
+        fact(
+            &mut b,
+            "delivered",
+            inbox.delivered_at.as_deref().unwrap_or("not yet"),
+        );
+        b.push_str("</dl></section>\n");
+    }
     b.push_str("<section class=\"card\" aria-labelledby=\"history-h\"><h3 id=\"history-h\">History, oldest first</h3>\n");
     if view.history.is_empty() {
         b.push_str("<p>None: idemgate never received this event.</p>\n");

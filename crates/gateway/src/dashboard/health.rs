@@ -141,38 +141,51 @@ pub(super) fn sweeper_health(
 }
 
 pub(super) fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
-    let mut late = Vec::new();
-    let mut dead = 0;
-    for s in inbox {
-        dead += s.dead;
-        let Some(src) = state.sources.get(s.source.as_str()) else {
-            continue;
-        };
-        let margin = src.policy.ttl.contract.queue_lag;
-        if let Some(lag) = s.oldest_pending.filter(|lag| *lag > margin) {
-            late.push(format!(
-                "{}: oldest item {} old, past its queue_lag of {}",
-                s.source,
-                idemgate_core::Human(Duration::from_secs(lag.as_secs())),
-                idemgate_core::Human(margin)
-            ));
-        }
-    }
-    let (light, why) = if !late.is_empty() {
-        (Light::Red, late.join("; "))
-    } else if dead > 0 {
-        (
-            Light::Amber,
-            format!("{dead} dead letters wait for idemgate replay"),
-        )
+    // One judgement with `/healthz`'s, so the two cannot disagree; a stopped dispatcher too.
+    let queues = crate::health::inbox(state, inbox);
+    let dispatchers = crate::health::dispatchers(state);
+    let worst = if dispatchers.level > queues.level {
+        dispatchers
     } else {
-        (
-            Light::Green,
-            "every queue within its queue_lag margin, no dead letters".to_owned(),
-        )
+        queues
     };
     Health {
         name: "inbox",
+        light: match worst.level {
+            crate::health::Level::Ok => Light::Green,
+            crate::health::Level::Warn => Light::Amber,
+            crate::health::Level::Bad => Light::Red,
+        },
+        why: worst.why,
+    }
+}
+
+/// The TTLs the advisor judged too short (late duplicates, a p99 gap near the TTL, a queue lag
+/// past its margin): red, naming each source and why; green when none is.
+pub(super) fn ttl_health(advised: &super::Advised) -> Health {
+    use idemgate_core::advise::Verdict;
+    let short: Vec<String> = advised
+        .sources
+        .iter()
+        .filter_map(|(a, _)| match &a.verdict {
+            Verdict::TooShort { why } => Some(format!(
+                "{}: too short ({why}); recommended {}",
+                a.source,
+                idemgate_core::Human(a.recommended_ttl)
+            )),
+            _ => None,
+        })
+        .collect();
+    let (light, why) = if short.is_empty() {
+        (
+            Light::Green,
+            "no source's TTL is judged too short by its history".to_owned(),
+        )
+    } else {
+        (Light::Red, short.join("; "))
+    };
+    Health {
+        name: "TTL",
         light,
         why,
     }

@@ -118,6 +118,9 @@ ol.timeline li.late_duplicate::before, ol.timeline li.conflict::before { border-
 ol.timeline li.completed::before, ol.timeline li.claimed::before { border-color: #1b7a3a; }
 .outcome { font-weight: 700; }
 .flag { font-weight: 700; color: #b3261e; }
+.notice { background: #e8f3ea; border: 1px solid #1b7a3a; border-radius: 4px; padding: 6px 10px; }
+form.replay { display: flex; flex-wrap: wrap; gap: 4px; margin: 2px 0; }
+form.replay input[name=reason] { min-width: 10rem; flex: 1; }
 code, .id { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; overflow-wrap: anywhere; }
 footer { padding: 24px 16px; font-size: 0.85rem; color: var(--muted); }
 @media (max-width: 760px) {

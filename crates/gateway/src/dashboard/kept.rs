@@ -44,6 +44,10 @@ pub(crate) struct Dashboard {
     pub(super) count_errors: Mutex<HashMap<SourceName, String>>,
     /// Sources on a store that keeps no timeline (the Redis store): asked once.
     pub(super) no_timeline: Mutex<HashSet<SourceName>>,
+    /// The token every form of the dashboard carries and its POST must send back: a page of
+    /// another site cannot read it, so it cannot make a browser that may open the dashboard
+    /// replay dead letters (a loopback peer needs no other credential). New for each process.
+    pub(super) form_token: String,
 }
 
 impl Dashboard {
@@ -64,6 +68,7 @@ impl Dashboard {
             counted: tokio::sync::Notify::new(),
             count_errors: Mutex::default(),
             no_timeline: Mutex::default(),
+            form_token: idemgate_core::machine::random_store_id(),
         }
     }
 

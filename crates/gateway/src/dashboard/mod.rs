@@ -215,7 +215,24 @@ struct Overview {
     counters: Vec<Counters>,
     tier: Option<crate::metrics::TierCounts>,
     refresh: bool,
+    /// Each source's most recent history rows (`None`: the store keeps none it can list, or
+    /// they were not read in time; the string says why).
+    recent: Vec<(SourceName, Result<Vec<idemgate_core::Recent>, String>)>,
+    /// Each inbox source's dead letters, oldest death first, at most [`DEAD_LISTED`].
+    dead: Vec<(
+        SourceName,
+        Result<Vec<idemgate_core::inbox::DeadLetter>, String>,
+    )>,
+    /// What a replay from this page did (`?replayed=N&source=S`).
+    notice: Option<String>,
+    /// The token the page's forms send back.
+    form_token: String,
 }
+
+/// Recent history rows shown per source.
+const RECENT_SHOWN: std::num::NonZeroU32 = std::num::NonZeroU32::new(10).expect("non-zero");
+/// Dead letters listed per inbox source.
+const DEAD_LISTED: std::num::NonZeroU32 = std::num::NonZeroU32::new(20).expect("non-zero");
 
 /// `GET /dashboard`.
 pub(crate) async fn overview(State(state): State<AppState>, req: Request) -> Response {
@@ -223,8 +240,118 @@ pub(crate) async fn overview(State(state): State<AppState>, req: Request) -> Res
     if let Some(refused) = access::check(&state, &req, query.token.as_deref()) {
         return refused;
     }
-    let data = gather(&state, query.refresh.as_deref() != Some("off")).await;
+    let mut data = gather(&state, query.refresh.as_deref() != Some("off")).await;
+    data.notice = query.replayed.as_deref().map(|n| {
+        format!(
+            "{n} dead letter{} of {} moved back to the queue.",
+            if n == "1" { "" } else { "s" },
+            query.source.as_deref().unwrap_or("the source")
+        )
+    });
     respond(Outcome::Dashboard, page::render(&data, &state))
+}
+
+/// The largest replay form accepted.
+const FORM_LIMIT: usize = 16 * 1024;
+
+/// `POST /dashboard/replay`: the dead-letter list's replay button. The same access as the pages,
+/// a form token only this gateway's pages carry, and no cross-site request (`Sec-Fetch-Site`);
+/// then the source's dead letters (or one event's) move back to the queue with the reason, as
+/// `idemgate replay --dead-letters` moves them, and the browser is sent back to the overview.
+pub(crate) async fn replay(State(state): State<AppState>, req: Request) -> Response {
+    use idemgate_core::inbox::{Inbox, ReplayFilter};
+    if let Some(refused) = access::check(&state, &req, None) {
+        return refused;
+    }
+    let cross_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cross-site"));
+    let body = match axum::body::to_bytes(req.into_body(), FORM_LIMIT).await {
+        Ok(body) => String::from_utf8_lossy(&body).into_owned(),
+        Err(_) => {
+            return crate::error::problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Outcome::BodyTooLarge,
+                &format!("a replay form is at most {FORM_LIMIT} bytes"),
+            );
+        }
+    };
+    let form = Some(body.as_str());
+    let field = |name: &str| {
+        html::query_param(form, name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let token_ok = field("form_token").is_some_and(|t| {
+        crate::config::token::digests_equal(
+            &crate::config::token::digest(&t),
+            &crate::config::token::digest(&state.dashboard.form_token),
+        )
+    });
+    if cross_site || !token_ok {
+        return crate::error::problem(
+            StatusCode::FORBIDDEN,
+            Outcome::DashboardForbidden,
+            "a replay is sent from this gateway's own dashboard page (its form token did not match, or the request came from another site): reload the dashboard and press the button again",
+        );
+    }
+    let Some(source) = field("source") else {
+        return bad_form("source: which source's dead letters to replay");
+    };
+    let src = match state.source(&source) {
+        Ok(src) => src,
+        Err(e) => return e.into_response(),
+    };
+    if src.mode != Mode::Inbox {
+        return crate::error::problem(
+            StatusCode::CONFLICT,
+            Outcome::NotInbox,
+            &format!("source {source:?} is not in inbox mode: it keeps no dead letters"),
+        );
+    }
+    let Some(reason) = field("reason") else {
+        return crate::error::problem(
+            StatusCode::BAD_REQUEST,
+            Outcome::InvalidReason,
+            "reason: say why these dead letters are replayed (it is recorded in each event's history)",
+        );
+    };
+    let event_id = match field("event_id").map(EventId::new).transpose() {
+        Ok(e) => e,
+        Err(e) => return bad_form(&format!("event_id: {e}")),
+    };
+    let filter = ReplayFilter {
+        source: Some(src.name.clone()),
+        since: None,
+        event_id,
+    };
+    let moved = match state.store.replay_dead_letters(&filter, &reason).await {
+        Ok(moved) => moved,
+        Err(e) => return AppError::from(e).into_response(),
+    };
+    tracing::info!(source = %src.name, moved, reason = %reason, "dead letters replayed from the dashboard");
+    if moved > 0 {
+        state.inbox_wakeup.notify_waiters();
+    }
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let location = format!(
+        "/dashboard?refresh=off&replayed={moved}&source={}",
+        html::segment(src.name.as_str())
+    );
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Outcome::Replayed.on(response)
+}
+
+fn bad_form(what: &str) -> Response {
+    crate::error::problem(
+        StatusCode::BAD_REQUEST,
+        Outcome::BadRequest,
+        &format!("the replay form lacks {what}"),
+    )
 }
 
 /// The query string the dashboard's pages take.
@@ -237,6 +364,8 @@ struct PageQuery {
     /// The search box: a source and an event id.
     source: Option<String>,
     event_id: Option<String>,
+    /// After a replay from the page: how many dead letters moved (of `source`).
+    replayed: Option<String>,
 }
 
 impl PageQuery {
@@ -247,6 +376,7 @@ impl PageQuery {
             refresh: html::query_param(q, "refresh"),
             source: html::query_param(q, "source"),
             event_id: html::query_param(q, "event_id"),
+            replayed: html::query_param(q, "replayed").filter(|n| n.parse::<u64>().is_ok()),
         }
     }
 }
@@ -277,6 +407,40 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     names.sort();
     let mut deliveries = Vec::new();
     let mut counters = Vec::new();
+    let mut recent = Vec::new();
+    let mut dead = Vec::new();
+    // Each an index walk that stops at its limit; bounded all the same.
+    let bound = deadline + PAGE_WAIT;
+    for name in &names {
+        let rows = match tokio::time::timeout_at(bound, state.store.recent(name, RECENT_SHOWN))
+            .await
+        {
+            Ok(Ok(Some(rows))) => Ok(rows),
+            Ok(Ok(None)) => Err("the Redis store keeps each event's history in a stream of its own and cannot list a source's latest".to_owned()),
+            Ok(Err(e)) => Err(ErrorChain(&e).to_string()),
+            Err(_) => Err("not read in time; try again".to_owned()),
+        };
+        recent.push(((*name).clone(), rows));
+        if state
+            .sources
+            .get(name.as_str())
+            .is_some_and(|s| s.mode == Mode::Inbox)
+        {
+            use idemgate_core::inbox::{Inbox, ReplayFilter};
+            let filter = ReplayFilter::source(Some(name));
+            let letters = match tokio::time::timeout_at(
+                bound,
+                state.store.dead_letters(&filter, DEAD_LISTED),
+            )
+            .await
+            {
+                Ok(Ok(letters)) => Ok(letters),
+                Ok(Err(e)) => Err(ErrorChain(&e).to_string()),
+                Err(_) => Err("not read in time; try again".to_owned()),
+            };
+            dead.push(((*name).clone(), letters));
+        }
+    }
     for name in names {
         deliveries.push((
             name.clone(),
@@ -297,6 +461,9 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     if state.sources.values().any(|s| s.mode == Mode::Inbox) {
         health.push(inbox_health(state, &inbox));
     }
+    if let Ok(Some(advised)) = &advised {
+        health.push(health::ttl_health(advised));
+    }
     Overview {
         engine: state.store.engine(),
         health,
@@ -308,6 +475,10 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
         counters,
         tier,
         refresh,
+        recent,
+        dead,
+        notice: None,
+        form_token: state.dashboard.form_token.clone(),
     }
 }
 
@@ -322,7 +493,7 @@ pub(crate) async fn event_page(
         return refused;
     }
     match lookup(&state, &source, &event_id).await {
-        Ok(view) => respond(Outcome::Lookup, event::render(&view, &state)),
+        Ok((view, queued)) => respond(Outcome::Lookup, event::render(&view, &queued, &state)),
         Err(e) => e.into_response(),
     }
 }
@@ -331,16 +502,23 @@ async fn lookup(
     state: &AppState,
     source: &str,
     event_id: &str,
-) -> Result<idemgate_core::EventView, AppError> {
+) -> Result<
+    (
+        idemgate_core::EventView,
+        Vec<idemgate_core::inbox::QueueEntry>,
+    ),
+    AppError,
+> {
+    use idemgate_core::inbox::Inbox;
     let src = state.source(source)?;
     let event_id = EventId::new(event_id).map_err(|e| AppError::BadRequest {
         kind: Outcome::InvalidEventId,
         detail: e.to_string(),
     })?;
-    Ok(state
-        .store
-        .lookup(&Key::new(src.name.clone(), event_id))
-        .await?)
+    let key = Key::new(src.name.clone(), event_id);
+    let view = state.store.lookup(&key).await?;
+    let queued = state.store.queued(&key).await?;
+    Ok((view, queued))
 }
 
 /// `GET /dashboard/events?source=..&event_id=..`: the search box, which goes to the event's page.

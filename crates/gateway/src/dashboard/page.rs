@@ -72,6 +72,13 @@ pub(crate) fn render(o: &Overview, state: &AppState) -> String {
     b.push_str("</div>\n");
     b.push_str(&search_form(&names, None, ""));
     b.push_str("</header>\n<main>\n");
+    if let Some(notice) = &o.notice {
+        let _ = writeln!(
+            b,
+            "<p class=\"notice\" role=\"status\" data-notice>{}</p>",
+            esc(notice)
+        );
+    }
     b.push_str("<h2 id=\"health\">Health</h2>\n<ul class=\"health\">\n");
     for h in &o.health {
         let (class, word) = light_class(h.light);
@@ -249,8 +256,211 @@ fn source_section(
         );
     }
     inbox_card(b, o, state, &id, name);
+    dead_letters_card(b, o, name);
+    downstream_card(b, state, name);
+    recent_card(b, o, name);
     counters_card(b, o, name);
     b.push_str("</div>\n</section>\n");
+}
+
+/// An inbox source's dead letters: each one's id, attempts and last error, a button to replay
+/// it, and one to replay them all, each with the reason recorded in history.
+fn dead_letters_card(b: &mut String, o: &Overview, name: &str) {
+    let Some((_, letters)) = o.dead.iter().find(|(s, _)| s.as_str() == name) else {
+        return;
+    };
+    let _ = write!(
+        b,
+        "<div class=\"card full\" data-dead-letters=\"{}\"><h3>{}: dead letters</h3>",
+        esc(name),
+        esc(name)
+    );
+    let letters = match letters {
+        Err(e) => {
+            let _ = writeln!(
+                b,
+                "<p class=\"flag\">Cannot read the dead letters: {}</p></div>",
+                esc(e)
+            );
+            return;
+        }
+        Ok(letters) if letters.is_empty() => {
+            b.push_str("<p>None.</p></div>\n");
+            return;
+        }
+        Ok(letters) => letters,
+    };
+    let form = |b: &mut String, event_id: Option<&str>, label: &str| {
+        let _ = write!(
+            b,
+            "<form method=\"post\" action=\"/dashboard/replay\" class=\"replay\"><input type=\"hidden\" name=\"form_token\" value=\"{}\"><input type=\"hidden\" name=\"source\" value=\"{}\">",
+            esc(&o.form_token),
+            esc(name)
+        );
+        if let Some(id) = event_id {
+            let _ = write!(
+                b,
+                "<input type=\"hidden\" name=\"event_id\" value=\"{}\">",
+                esc(id)
+            );
+        }
+        let _ = write!(
+            b,
+            "<input name=\"reason\" required placeholder=\"reason (kept in history)\" aria-label=\"reason\"> <button type=\"submit\">{}</button></form>",
+            esc(label)
+        );
+    };
+    b.push_str("<div class=\"table\"><table><thead><tr><th scope=\"col\">event</th><th scope=\"col\" class=\"n\">attempts</th><th scope=\"col\">last error</th><th scope=\"col\">died</th><th scope=\"col\">replay</th></tr></thead><tbody>");
+    for d in letters {
+        let id = d.key.event_id.as_str();
+        let _ = write!(
+            b,
+            "<tr data-dead=\"{}\"><td><a href=\"{}\">{}</a></td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>",
+            esc(id),
+            esc(&super::html::event_path(name, id)),
+            esc(id),
+            d.attempts.len(),
+            esc(d.attempts.last().map_or("-", |a| a.error.as_str())),
+            d.dead_at
+        );
+        form(b, Some(id), "replay");
+        b.push_str("</td></tr>");
+    }
+    b.push_str("</tbody></table></div>");
+    if letters.len() as u32 == super::DEAD_LISTED.get() {
+        let _ = write!(
+            b,
+            "<p class=\"muted\">The oldest {}; <code>idemgate dead-letters --source {}</code> lists them all.</p>",
+            super::DEAD_LISTED.get(),
+            esc(name)
+        );
+    }
+    form(b, None, "replay every dead letter of this source");
+    b.push_str("<p class=\"muted\">A replay moves the dead letter back to the queue with a fresh attempt budget; history records it with the reason, as <code>idemgate replay --dead-letters</code> does.</p></div>\n");
+}
+
+/// What a source's downstream answered last, and how fast it answers, since this gateway started.
+fn downstream_card(b: &mut String, state: &AppState, name: &str) {
+    let Some(src) = state.sources.get(name) else {
+        return;
+    };
+    if src.forward_url.is_none() {
+        return;
+    }
+    let _ = write!(
+        b,
+        "<div class=\"card\" data-downstream=\"{}\"><h3>{}: downstream</h3><dl class=\"facts\">",
+        esc(name),
+        esc(name)
+    );
+    match state.metrics.downstream(name) {
+        None => b.push_str("<dt>last answer</dt><dd data-field=\"downstream_last\">none since this gateway started</dd>"),
+        Some(seen) => {
+            let answer = match (&seen.error, seen.status) {
+                (None, Some(status)) => format!("HTTP {status}"),
+                (Some(e), _) => format!("failed: {e}"),
+                (None, None) => "answered".to_owned(),
+            };
+            let ago = seen.at.elapsed().unwrap_or_default();
+            let class = if seen.error.is_some() { " class=\"flag\"" } else { "" };
+            let _ = write!(
+                b,
+                "<dt>last answer</dt><dd{class} data-field=\"downstream_last\">{} in {} ms, {} ago</dd>",
+                esc(&answer),
+                seen.took.as_millis(),
+                human(ago)
+            );
+        }
+    }
+    if let Some(l) = state.metrics.downstream_latency_summary(name) {
+        let _ = write!(
+            b,
+            "<dt>p50 / p99</dt><dd data-field=\"downstream_latency\">at most {} / {} ms over {} answers</dd>",
+            l.p50.as_millis(),
+            l.p99.as_millis(),
+            l.count
+        );
+    }
+    if let Some(l) = state.metrics.request_latency_summary(name) {
+        let _ = write!(
+            b,
+            "<dt>sender's wait p50 / p99</dt><dd>at most {} / {} ms over {} requests</dd>",
+            l.p50.as_millis(),
+            l.p99.as_millis(),
+            l.count
+        );
+    }
+    let _ = writeln!(
+        b,
+        "</dl><p class=\"muted\">{} to <code>{}</code>, since this gateway started (<code>idemgate_{}_duration_seconds</code>).</p></div>",
+        if src.mode == crate::config::Mode::Inbox {
+            "Deliveries from the queue"
+        } else {
+            "Forwards"
+        },
+        esc(&redacted(
+            src.forward_url
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )),
+        if src.mode == crate::config::Mode::Inbox {
+            "dispatch"
+        } else {
+            "forward"
+        }
+    );
+}
+
+/// A URL without the credentials it may carry.
+fn redacted(url: String) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((_, host)) if !host.contains('/') || rest.find('@') < rest.find('/') => {
+                format!("{scheme}://{host}")
+            }
+            _ => url,
+        },
+        None => url,
+    }
+}
+
+/// A source's latest history rows, newest first, each linked to its event's page.
+fn recent_card(b: &mut String, o: &Overview, name: &str) {
+    let Some((_, rows)) = o.recent.iter().find(|(s, _)| s.as_str() == name) else {
+        return;
+    };
+    let _ = write!(
+        b,
+        "<div class=\"card\" data-recent=\"{}\"><h3>{}: latest deliveries</h3>",
+        esc(name),
+        esc(name)
+    );
+    match rows {
+        Err(e) => {
+            let _ = write!(b, "<p class=\"muted\">{}</p>", esc(e));
+        }
+        Ok(rows) if rows.is_empty() => b.push_str("<p>None yet.</p>"),
+        Ok(rows) => {
+            b.push_str("<div class=\"table\"><table><thead><tr><th scope=\"col\">at</th><th scope=\"col\">event</th><th scope=\"col\">outcome</th></tr></thead><tbody>");
+            for r in rows {
+                let id = r.event_id.as_str();
+                let _ = write!(
+                    b,
+                    "<tr><td><time datetime=\"{at}\">{at}</time></td><td><a href=\"{}\">{}</a></td><td data-outcome=\"{o}\">{o}{}</td></tr>",
+                    esc(&super::html::event_path(name, id)),
+                    esc(id),
+                    r.attempt
+                        .map(|a| format!(", attempt {a}"))
+                        .unwrap_or_default(),
+                    at = r.at,
+                    o = r.outcome.as_str(),
+                );
+            }
+            b.push_str("</tbody></table></div>");
+        }
+    }
+    b.push_str("<p class=\"muted\">The newest history rows, by the store's clock.</p></div>\n");
 }
 
 /// The `n`th advised source's gap histogram, wide and narrow, for its card.
@@ -313,7 +523,7 @@ fn advice_cards(
         .map_or(0, |p| p.expired);
     let _ = writeln!(
         b,
-        "<div class=\"card\">{}<dl class=\"facts\" data-rows=\"{}\"><dt>live</dt><dd data-field=\"live_rows\">{}</dd><dt>projected</dt><dd data-field=\"projected_rows\">{}</dd><dt>expired, not yet swept</dt><dd data-field=\"expired_rows\">{}</dd></dl></div>",
+        "<div class=\"card\">{}<dl class=\"facts\" data-rows=\"{}\"><dt>live</dt><dd data-field=\"live_rows\">{}</dd><dt>projected</dt><dd data-field=\"projected_rows\">{}</dd><dt>expired, not yet swept</dt><dd data-field=\"expired_rows\">{}</dd></dl><p class=\"muted\">Projected: first receipts per second x TTL, the rate over the {} the source's history covers.</p></div>",
         figure(
             &charts::rows(&id("rows"), name, a, expired, HALF),
             &charts::rows(&id("rows-narrow"), name, a, expired, NARROW)
@@ -321,7 +531,8 @@ fn advice_cards(
         esc(name),
         a.live_rows,
         a.projected_rows,
-        expired
+        expired,
+        human(a.projection_basis)
     );
 }
 

@@ -297,9 +297,13 @@ impl Gateway {
             task: Some(task),
             _dir: None,
         };
-        // Wait until it answers.
+        // Wait until it answers (on the admin listener, when there is one).
+        let health = match &gw.config.admin_listen {
+            Some(admin) => format!("http://{admin}/healthz"),
+            None => gw.url("/healthz"),
+        };
         for _ in 0..100 {
-            if let Ok(r) = gw.get("/healthz").await
+            if let Ok(r) = send(Method::GET, &health, HeaderMap::new(), Bytes::new()).await
                 && r.status == 200
             {
                 return gw;

@@ -1,0 +1,105 @@
+//! Judgements `/healthz`, `/readyz` and the dashboard's health row share, so that they cannot
+//! disagree: the inbox's queues, and the dispatchers that empty them.
+
+use std::time::Duration;
+
+use idemgate_core::Human;
+use idemgate_core::inbox::InboxStats;
+
+use crate::AppState;
+
+/// How a component stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Level {
+    /// Nothing to say.
+    Ok,
+    /// Works, with something an operator should look at (dead letters, a failing downstream).
+    Warn,
+    /// Not doing its job (a queue past its `queue_lag`, a stopped dispatcher).
+    Bad,
+}
+
+/// A component's level and why, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub(crate) level: Level,
+    pub(crate) why: String,
+}
+
+/// The inbox sources' queues, as the store counted them: a queue whose oldest item is older than
+/// its source's `queue_lag` is bad (the TTL no longer covers the sender's retries past it); dead
+/// letters, and items the downstream is failing, are warnings.
+pub(crate) fn inbox(state: &AppState, inbox: &[InboxStats]) -> Verdict {
+    let mut late = Vec::new();
+    let mut warnings = Vec::new();
+    for s in inbox {
+        let Some(src) = state.sources.get(s.source.as_str()) else {
+            continue;
+        };
+        let margin = src.policy.ttl.contract.queue_lag;
+        if let Some(lag) = s.oldest_pending.filter(|lag| *lag > margin) {
+            late.push(format!(
+                "{}: oldest item {} old, past its queue_lag of {}",
+                s.source,
+                Human(Duration::from_secs(lag.as_secs())),
+                Human(margin)
+            ));
+        }
+        if s.dead > 0 {
+            warnings.push(format!(
+                "{}: {} dead letter{} wait for idemgate replay",
+                s.source,
+                s.dead,
+                if s.dead == 1 { "" } else { "s" }
+            ));
+        }
+        if s.failing > 0 {
+            let last = s
+                .last_failure
+                .as_ref()
+                .map(|f| format!(" (last error: {})", f.attempt.error))
+                .unwrap_or_default();
+            warnings.push(format!(
+                "{}: the downstream failed {} waiting item{}{last}",
+                s.source,
+                s.failing,
+                if s.failing == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    if !late.is_empty() {
+        late.extend(warnings);
+        Verdict {
+            level: Level::Bad,
+            why: late.join("; "),
+        }
+    } else if !warnings.is_empty() {
+        Verdict {
+            level: Level::Warn,
+            why: warnings.join("; "),
+        }
+    } else {
+        Verdict {
+            level: Level::Ok,
+            why: "every queue within its queue_lag margin, no dead letters, no failing deliveries"
+                .to_owned(),
+        }
+    }
+}
+
+/// The inbox dispatchers: one runs for each inbox source while the gateway serves; one that
+/// stopped (it panicked, or the gateway is stopping) is bad.
+pub(crate) fn dispatchers(state: &AppState) -> Verdict {
+    let stopped = state.dispatchers.stopped(state);
+    if stopped.is_empty() {
+        Verdict {
+            level: Level::Ok,
+            why: "a dispatcher runs for every inbox source".to_owned(),
+        }
+    } else {
+        Verdict {
+            level: Level::Bad,
+            why: format!("no dispatcher runs for {}", stopped.join(", ")),
+        }
+    }
+}
