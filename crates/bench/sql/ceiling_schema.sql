@@ -19,7 +19,7 @@ CREATE TABLE dedup (
     PRIMARY KEY (source, event_id)
 ) WITH (fillfactor = 80);
 
-CREATE INDEX dedup_expires_at ON dedup (expires_at);
+CREATE INDEX dedup_expiry ON dedup (expires_at) WHERE first_seen IS NOT NULL;
 
 CREATE TABLE history (
     id          bigserial,

@@ -30,8 +30,8 @@ pub(crate) struct InboxArgs {
 pub(crate) struct DeadLettersArgs {
     #[command(flatten)]
     pub inbox: InboxArgs,
-    /// Only this event's (with --source, or of every source).
-    #[arg(long, value_parser = crate::parse_event_id)]
+    /// Only this event's (an event id is one source's: needs --source).
+    #[arg(long, value_parser = crate::parse_event_id, requires = "source")]
     pub event_id: Option<EventId>,
     /// Show every attempt of each dead letter: when, the downstream's status, the error.
     #[arg(long)]
@@ -56,8 +56,8 @@ pub(crate) struct ReplayArgs {
     /// Only those that died within this long (`2h`, `1d`).
     #[arg(long, value_parser = parse_duration)]
     pub since: Option<Duration>,
-    /// Only this event's dead letter (with --source, or of every source).
-    #[arg(long, value_parser = crate::parse_event_id, requires = "dead_letters")]
+    /// Only this event's dead letter (an event id is one source's: needs --source).
+    #[arg(long, value_parser = crate::parse_event_id, requires_all = ["dead_letters", "source"])]
     pub event_id: Option<EventId>,
     /// Why: recorded in each event's history as the replay's reason.
     #[arg(long)]
@@ -309,7 +309,7 @@ pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             args.source
                 .as_ref()
                 .map(|s| format!(" of source {:?}", s.as_str()))
-                .unwrap_or_default()
+                .unwrap_or_default(),
         ))
         .into());
     }

@@ -213,8 +213,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // The error and what it names, on one line ("... not provided: --source <SOURCE>"),
+            // without clap's usage block.
             let text = e.render().to_string();
-            let line = text.lines().next().unwrap_or("invalid arguments");
+            let line = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let line = if line.is_empty() {
+                "invalid arguments".to_owned()
+            } else {
+                line
+            };
             eprintln!("{line} (see idemgate --help)");
             return ExitCode::from(2);
         }

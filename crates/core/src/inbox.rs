@@ -160,7 +160,8 @@ pub struct ReplayFilter {
     pub source: Option<SourceName>,
     /// Only those that died within this long before now (all when `None`).
     pub since: Option<Duration>,
-    /// Only this event's (with `source`; every source's event of that id without it).
+    /// Only this event's: an event id is one source's, so with `source` (without it, nothing is
+    /// selected).
     pub event_id: Option<EventId>,
 }
 
@@ -177,7 +178,10 @@ impl ReplayFilter {
     /// store's clock.
     pub fn selects(&self, key: &Key, dead_at: Timestamp, now: Timestamp) -> bool {
         self.source.as_ref().is_none_or(|s| key.source == *s)
-            && self.event_id.as_ref().is_none_or(|e| key.event_id == *e)
+            && self
+                .event_id
+                .as_ref()
+                .is_none_or(|e| self.source.is_some() && key.event_id == *e)
             && self.since.is_none_or(|d| dead_at >= now.minus(d))
     }
 }

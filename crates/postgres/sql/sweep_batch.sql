@@ -1,6 +1,7 @@
 -- One bounded sweep batch in batched mode (one plain table, so tuple ids are unique): at most $1
--- expired rows, oldest first along dedup_expires_at, skipping rows a claim holds right now. One
--- short transaction; never an unbounded DELETE. The rows are deleted by their tuple ids, which
+-- expired rows, oldest first along dedup_expiry (whose predicate, first_seen IS NOT NULL, is
+-- stated here: no key's probe may use it), skipping rows a claim holds right now. One short
+-- transaction; never an unbounded DELETE. The rows are deleted by their tuple ids, which
 -- the lock taken here keeps valid until the DELETE: one heap fetch per row instead of a
 -- primary-key probe.
 --
@@ -15,7 +16,7 @@ WITH gone AS (
     DELETE FROM dedup
      WHERE ctid = ANY (ARRAY(SELECT ctid
                                FROM dedup
-                              WHERE expires_at <= now()
+                              WHERE expires_at <= now() AND first_seen IS NOT NULL
                                 AND expires_at >= coalesce($2::timestamptz, '-infinity')
                               ORDER BY expires_at
                               LIMIT $1::bigint

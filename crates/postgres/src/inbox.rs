@@ -30,7 +30,18 @@ const DELIVERED: &str = include_str!("../sql/inbox_delivered.sql");
 const RETRY_LATER: &str = include_str!("../sql/inbox_retry_later.sql");
 const DEAD_LETTER: &str = include_str!("../sql/inbox_dead_letter.sql");
 const DEAD_LETTERS: &str = include_str!("../sql/inbox_dead_letters.sql");
+const DEAD_LETTERS_OF_EVENT: &str = include_str!("../sql/inbox_dead_letters_of_event.sql");
 const REPLAY: &str = include_str!("../sql/inbox_replay.sql");
+const REPLAY_EVENT: &str = include_str!("../sql/inbox_replay_event.sql");
+
+/// The statement of `filter`: one source's event through `inbox_key`, or the general one.
+fn of_event(filter: &ReplayFilter, one: &'static str, general: &'static str) -> &'static str {
+    if filter.source.is_some() && filter.event_id.is_some() {
+        one
+    } else {
+        general
+    }
+}
 const PURGE: &str = include_str!("../sql/inbox_purge.sql");
 const STATS: &str = include_str!("../sql/inbox_stats.sql");
 const QUEUED: &str = include_str!("../sql/inbox_queued.sql");
@@ -302,7 +313,7 @@ impl Inbox for PgStore {
         let event_id = filter.event_id.as_ref().map(EventId::as_str);
         let rows = self
             .inbox_query(
-                DEAD_LETTERS,
+                of_event(filter, DEAD_LETTERS_OF_EVENT, DEAD_LETTERS),
                 &[&source, &i64::from(limit.get()), &since, &event_id],
                 CONTEXT,
             )
@@ -342,7 +353,9 @@ impl Inbox for PgStore {
         let params: [&(dyn ToSql + Sync); 4] = [&source, &since, &reason, &event_id];
         let rows = self
             .db()
-            .with_partitions(0, || self.inbox_query(REPLAY, &params, CONTEXT))
+            .with_partitions(0, || {
+                self.inbox_query(of_event(filter, REPLAY_EVENT, REPLAY), &params, CONTEXT)
+            })
             .await?;
         let row = rows.first().ok_or_else(|| PgError::Unexpected {
             context: CONTEXT,

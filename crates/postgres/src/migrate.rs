@@ -69,8 +69,8 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 10,
-        name: "inbox attempts in history, queue items by key",
-        sql: include_str!("../sql/migrations/0010_inbox_truth.sql"),
+        name: "inbox attempts in history, queue items by key, the expiry index out of keys' reach",
+        sql: include_str!("../sql/migrations/0010_inbox_story_and_expiry_index.sql"),
     },
 ];
 

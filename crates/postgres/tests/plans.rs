@@ -416,9 +416,38 @@ fn bad_plans(plans: &[String]) -> Vec<&String> {
                 let reporting_index = line.contains("source_received_at_outcome_idx")
                     && !plan.contains("outcome <> ''");
                 scan_of_hot || hash_or_merge || reporting_index
-            })
+            }) || key_filtered(plan)
         })
         .collect()
+}
+
+/// Whether `plan` looks a key (`event_id`) up in a hot table through an index that does not
+/// hold it: an index scan whose `Filter` (not its `Index Cond`) tests `event_id`, such as a
+/// probe through dedup's expiry index, which walks every row that expires after now.
+fn key_filtered(plan: &str) -> bool {
+    let lines: Vec<&str> = plan.lines().map(str::trim_start).collect();
+    lines.iter().enumerate().any(|(i, line)| {
+        let line = line.trim_start_matches("->").trim_start();
+        let scan = [
+            "Index Scan using ",
+            "Index Scan Backward using ",
+            "Index Only Scan using ",
+            "Bitmap Index Scan on ",
+        ]
+        .iter()
+        .any(|s| line.starts_with(s));
+        let hot = [" on dedup", " on history", " on inbox"]
+            .iter()
+            .any(|t| line.contains(t));
+        if !(scan && hot) {
+            return false;
+        }
+        // The node's own lines: its conditions, up to the next node.
+        lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with("->"))
+            .any(|l| l.starts_with("Filter:") && l.contains("event_id"))
+    })
 }
 
 fn check(state: &str, plans: &[String]) {

@@ -380,7 +380,8 @@ pub(crate) fn replay(
             .prepare_cached(
                 "UPDATE inbox_items SET dead_at = NULL, due_at = ?1, tries = 0 \
                  WHERE dead_at IS NOT NULL AND (?2 IS NULL OR source = ?2) \
-                   AND (?3 IS NULL OR dead_at >= ?3) AND (?4 IS NULL OR event_id = ?4) \
+                   AND (?3 IS NULL OR dead_at >= ?3) \
+                   AND (?4 IS NULL OR (?2 IS NOT NULL AND event_id = ?4)) \
                  RETURNING id, source, event_id, attempt",
             )?
             .query_map(
@@ -457,7 +458,7 @@ pub(crate) fn read_dead_letters(
     } else {
         "SELECT id, source, event_id, body, content_type, received_at, dead_at \
          FROM inbox_items WHERE dead_at IS NOT NULL AND ?1 IS NULL \
-           AND (?3 IS NULL OR dead_at >= ?3) AND (?4 IS NULL OR event_id = ?4) \
+           AND (?3 IS NULL OR dead_at >= ?3) AND ?4 IS NULL \
          ORDER BY dead_at, id LIMIT ?2"
     };
     let rows = conn

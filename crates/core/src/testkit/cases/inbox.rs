@@ -932,6 +932,25 @@ where
             .unwrap()
             .is_empty()
     );
+    // An event id is one source's: without its source, it selects nothing.
+    let sourceless = ReplayFilter {
+        event_id: Some(b.event_id.clone()),
+        ..ReplayFilter::default()
+    };
+    assert!(
+        store
+            .dead_letters(&sourceless, n(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .replay_dead_letters(&sourceless, "no source")
+            .await
+            .unwrap(),
+        0
+    );
     h.advance(Duration::from_millis(200)).await;
     let young = filter(&b, Some(Duration::from_millis(100)));
     assert!(
