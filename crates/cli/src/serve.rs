@@ -48,7 +48,24 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let admin = idemgate_gateway::bind_admin(&config)
         .await
         .map_err(start_error)?;
-    let state = idemgate_gateway::open(&config).await.map_err(start_error)?;
+    // SIGTERM and ctrl-c are heard from here on: one during the start (a migration, a wait for
+    // an earlier boot's lease) stops it, before it serves. As the container's PID 1, where the
+    // kernel ignores an unhandled SIGTERM, nothing else would.
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            stop.cancel();
+        }
+    });
+    let state = tokio::select! {
+        opened = idemgate_gateway::open(&config) => opened.map_err(start_error)?,
+        () = stop.cancelled() => {
+            tracing::info!("stopped before serving");
+            return Ok(());
+        }
+    };
     let addr = listener.local_addr()?;
     if let Some(admin) = &admin {
         tracing::info!(
@@ -76,7 +93,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             public: listener,
             admin,
         },
-        shutdown_signal(),
+        stop.cancelled_owned(),
     )
     .await?;
     Ok(())

@@ -364,3 +364,69 @@ fn advise_help_lists_no_migrate_only_options() {
         "{help}"
     );
 }
+
+#[test]
+fn sigterm_during_the_start_stops_it_before_it_serves() {
+    use idemgate_core::{BootRequest, InstanceName, Instances};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A boot of this instance elsewhere whose liveness lease runs: the start waits for it.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = idemgate_sqlite::SqliteStore::open(&data).unwrap();
+        let request = BootRequest {
+            process: "another-kernel/pid:[1]/77/1".to_owned(),
+            ..BootRequest::new(
+                InstanceName::new("gw-term").unwrap(),
+                Duration::from_secs(60),
+                "elsewhere",
+            )
+        };
+        store.register_boot(&request).await.unwrap();
+    });
+    let path = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "instance = \"gw-term\"\ninstance_lease = \"60s\"\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("IDEMGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until it says it waits for the other boot's lease.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("waiting for it to lapse") {
+            break;
+        }
+    }
+    assert!(seen.contains("waiting for it to lapse"), "{seen}");
+    let sent = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    for line in lines {
+        seen.push_str(&line.unwrap());
+        seen.push('\n');
+    }
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert!(status.success(), "{status:?}\n{seen}");
+    assert!(seen.contains("stopped before serving"), "{seen}");
+    assert!(!seen.contains("listening"), "{seen}");
+}

@@ -144,10 +144,10 @@ pub(crate) async fn livez() -> Response {
 }
 
 /// `/readyz`: whether this gateway should be sent traffic. Ready when the store answers (a
-/// lookup, and its recent writes did not fail), its schema is the version this binary knows
-/// (not migrated past it by a newer binary, nor left behind), every source's verifier is built
-/// (they are, or the gateway would not have started) and every inbox source's dispatcher runs.
-/// Otherwise 503, with each check and why.
+/// lookup, and its recent writes did not fail), its schema is at least the version this binary
+/// needs (a newer one is fine: this binary runs on it during a rolling upgrade, and the check
+/// says so), every source's verifier is built (they are, or the gateway would not have started)
+/// and every inbox source's dispatcher runs. Otherwise 503, with each check and why.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let mut checks = Vec::new();
     let started = Instant::now();
@@ -159,15 +159,24 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         ms: millis(started.elapsed()),
         error: store.err(),
     });
+    // A schema older than this binary needs (a restored backup, a migration rolled back) is not
+    // ready; a newer one is: every migration is written to be safe for the binaries of the
+    // version before it, which run on during a rolling upgrade (docs/operations.md), and taking
+    // them out of a load balancer as soon as `migrate` runs would take the whole fleet out.
     let started = Instant::now();
-    let schema = match tokio::time::timeout(PING_WAIT, state.store.schema_version()).await {
+    let schema: Result<Option<String>, String> = match tokio::time::timeout(
+        PING_WAIT,
+        state.store.schema_version(),
+    )
+    .await
+    {
         Err(_) => Err(no_answer()),
         Ok(Err(e)) => Err(ErrorChain(&e).to_string()),
-        Ok(Ok(None)) => Ok(()),
-        Ok(Ok(Some((found, known)))) if found == known => Ok(()),
-        Ok(Ok(Some((found, known)))) if found > known => Err(format!(
-            "the schema is at version {found}, newer than this binary's {known}: a newer idemgate migrated it; upgrade this one"
-        )),
+        Ok(Ok(None)) => Ok(None),
+        Ok(Ok(Some((found, known)))) if found == known => Ok(None),
+        Ok(Ok(Some((found, known)))) if found > known => Ok(Some(format!(
+            "the schema is at version {found}, newer than this binary's {known}: a newer idemgate migrated it, which this one runs on during a rolling upgrade; upgrade it"
+        ))),
         Ok(Ok(Some((found, known)))) => Err(format!(
             "the schema is at version {found}, older than this binary's {known}: run idemgate migrate"
         )),
@@ -175,9 +184,16 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     checks.push(Component {
         name: "schema",
         engine: None,
-        status: if schema.is_ok() { "ok" } else { "mismatch" },
+        status: match &schema {
+            Ok(None) => "ok",
+            Ok(Some(_)) => "newer",
+            Err(_) => "older",
+        },
         ms: millis(started.elapsed()),
-        error: schema.err(),
+        error: match schema {
+            Ok(note) => note,
+            Err(e) => Some(e),
+        },
     });
     checks.push(Component {
         name: "verifiers",
@@ -200,7 +216,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     });
     let failed: Vec<&str> = checks
         .iter()
-        .filter(|c| c.status != "ok")
+        .filter(|c| !matches!(c.status, "ok" | "newer"))
         .map(|c| c.name)
         .collect();
     if failed.is_empty() {

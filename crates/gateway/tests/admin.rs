@@ -112,13 +112,35 @@ async fn the_admin_listener_serves_the_operators_routes_and_the_public_one_the_r
     let r = get(&on_admin("/v1/events/stripe-live/evt_a1"), Some(TOKEN)).await;
     assert_eq!(r.status, 404);
 
-    // A newer binary migrated the schema past this one's: not ready, saying so; healthy still.
+    // A newer binary migrated the schema past this one's (a rolling upgrade): still ready, saying
+    // so; one older than it needs (a restored backup): not ready.
     let db = gw.data_dir().join(idemgate_sqlite::DB_FILE);
     let conn = rusqlite::Connection::open(&db).unwrap();
     let known: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
+    let schema_check = |body: &serde_json::Value, field: &str| {
+        body[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "schema")
+            .unwrap()
+            .clone()
+    };
     conn.pragma_update(None, "user_version", known + 1).unwrap();
+    let r = get(&on_admin("/readyz"), None).await;
+    assert_eq!((r.status, r.outcome()), (200, "ready"), "{}", r.json());
+    let schema = schema_check(&r.json(), "checks");
+    assert_eq!(schema["status"], "newer", "{schema}");
+    assert!(
+        schema["error"]
+            .as_str()
+            .unwrap()
+            .contains("rolling upgrade"),
+        "{schema}"
+    );
+    conn.pragma_update(None, "user_version", known - 1).unwrap();
     let r = get(&on_admin("/readyz"), None).await;
     assert_eq!((r.status, r.outcome()), (503, "not_ready"), "{}", r.json());
     let body = r.json();
@@ -126,19 +148,13 @@ async fn the_admin_listener_serves_the_operators_routes_and_the_public_one_the_r
         body["detail"].as_str().unwrap().contains("schema"),
         "{body}"
     );
-    let schema = body["components"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "schema")
-        .unwrap()
-        .clone();
-    assert_eq!(schema["status"], "mismatch", "{schema}");
+    let schema = schema_check(&body, "components");
+    assert_eq!(schema["status"], "older", "{schema}");
     assert!(
         schema["error"]
             .as_str()
             .unwrap()
-            .contains("newer than this binary"),
+            .contains("run idemgate migrate"),
         "{schema}"
     );
     conn.pragma_update(None, "user_version", known).unwrap();
