@@ -27,7 +27,7 @@ CREATE TABLE history (
     event_id    text COLLATE "C" NOT NULL,
     outcome     text        NOT NULL CHECK (outcome IN ('claimed', 'duplicate', 'in_flight',
                     'conflict', 'reclaimed', 'completed', 'released', 'late_duplicate',
-                    'abandoned', 'dead_lettered', 'replayed')),
+                    'abandoned', 'dead_lettered', 'replayed', 'attempt_failed')),
     processed   boolean     NOT NULL DEFAULT false,
     attempt     integer,
     received_at timestamptz NOT NULL,
@@ -40,5 +40,5 @@ CREATE TABLE history_default PARTITION OF history DEFAULT;
 
 CREATE INDEX history_key ON history (source, event_id);
 
--- Schema 5's: the dashboard's counts of one source's recent deliveries.
+-- Schema 9's: the dashboard's counts of one source's recent deliveries.
 CREATE INDEX history_reporting ON history (source, received_at, outcome) WHERE outcome <> '';
