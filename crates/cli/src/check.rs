@@ -1,6 +1,7 @@
 //! `idemgate check --config FILE`: everything `serve` would check, without serving. Each source's
-//! TTL terms, verifier, target and mode; the store and the Redis tier reached (nothing created);
-//! every problem listed, not only the first.
+//! TTL terms, verifier, target and mode; each broker destination reached and its dedup window
+//! judged (the window audit); the store and the Redis tier reached (nothing created); every
+//! problem listed, not only the first.
 
 use std::path::PathBuf;
 
@@ -22,6 +23,7 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let file = args.config.as_path();
     let (config, problems) = Config::parse_checked(file).map_err(|e| Usage(e.to_string()))?;
     let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let mut warnings: Vec<String> = config.warnings().iter().map(ToString::to_string).collect();
 
     outln!("{}", file.display());
     match &config.admin_listen {
@@ -85,12 +87,33 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
             sc.mode.as_str(),
             Human(policy.lease),
         );
-        match &sc.forward_url {
-            Some(url) => outln!(
-                "    forward   {url} (timeout {})",
+        match &policy.destination {
+            Some(target) => outln!(
+                "    forward   {target} (timeout {})",
                 Human(sc.forward_timeout)
             ),
             None => outln!("    forward   none: a delivery is acknowledged once claimed"),
+        }
+        // A broker destination: reached, and its own dedup window judged (the window audit).
+        if let Some(audit) = idemgate_gateway::audit::audit_source(sc, &policy).await {
+            use idemgate_gateway::audit::Standing;
+            outln!("    window    {audit}");
+            let said = format!(
+                "source {:?}: {}: {audit}{}",
+                sc.name,
+                if audit.standing() == Standing::Short {
+                    "on_short_window"
+                } else {
+                    "forward_url"
+                },
+                audit.advice().map(|a| format!("; {a}")).unwrap_or_default()
+            );
+            match audit.standing() {
+                Standing::Covered if audit.advice().is_some() => warnings.push(said),
+                Standing::Covered => {}
+                Standing::Short if !audit.holds() => warnings.push(said),
+                Standing::Short | Standing::Unknown | Standing::Broken => problems.push(said),
+            }
         }
     }
     if config.sources.is_empty() {
@@ -126,7 +149,7 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
         }
     }
 
-    for w in config.warnings() {
+    for w in &warnings {
         outln!("warning: {w}");
     }
     if problems.is_empty() {

@@ -234,10 +234,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter(std::env::var("IDEMGATE_LOG").ok()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -250,6 +247,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `IDEMGATE_LOG` (`info` when unset or unreadable), with the broker clients' own chatter
+/// (every connect, drain and close at info) at `warn` unless it names them: the gateway says
+/// what matters about a broker itself.
+fn log_filter(spec: Option<String>) -> tracing_subscriber::EnvFilter {
+    let mut spec = spec.unwrap_or_else(|| "info".to_owned());
+    for client in ["async_nats", "lapin"] {
+        if !spec.contains(client) {
+            spec.push_str(&format!(",{client}=warn"));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn,lapin=warn"))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -108,6 +108,23 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
             error: (dispatchers.level != Level::Ok).then_some(dispatchers.why),
         });
     }
+    // The broker destinations' window audits, as the dashboard shows them: a window shorter
+    // than its source needs (or not known: the broker did not answer) is degraded, naming the
+    // source.
+    if let Some(windows) = crate::health::destinations(&state) {
+        warned |= windows.level != Level::Ok;
+        components.push(Component {
+            name: "destinations",
+            engine: None,
+            status: match windows.level {
+                Level::Ok => "ok",
+                Level::Warn => "warn",
+                Level::Bad => "broken",
+            },
+            ms: 0.0,
+            error: (windows.level != Level::Ok).then_some(windows.why),
+        });
+    }
     if let Err(e) = &store {
         tracing::error!(error = %e, "health check: the store does not answer");
         let mut problem = Problem::new(

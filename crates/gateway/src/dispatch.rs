@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Mode;
 use crate::error::ErrorChain;
-use crate::forward::{self, BodyHeaders, Delivery};
+use crate::forward::{BodyHeaders, Delivery};
 use crate::state::{AppState, Source};
 
 /// The shortest and longest wait between takes that found nothing (a new item wakes the
@@ -100,6 +100,12 @@ impl Drop for RunningGuard<'_> {
     }
 }
 
+/// The lease a dispatcher takes an item under: it covers a delivery of at most `timeout` and its
+/// report, with room to spare. An item whose dispatcher stopped is taken again once it lapses.
+pub(crate) fn item_lease(timeout: Duration) -> Duration {
+    timeout.saturating_mul(2) + Duration::from_secs(5)
+}
+
 /// One source's dispatcher.
 #[tracing::instrument(name = "dispatcher", skip(state, cancel))]
 async fn run(state: AppState, source: String, cancel: CancellationToken) {
@@ -109,8 +115,7 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
     let _running = state.dispatchers.start(&source);
     let d = &src.dispatch;
     let slots = Arc::new(Semaphore::new(d.concurrency.get() as usize));
-    // The lease covers a delivery and its report, with room to spare.
-    let lease = d.timeout.saturating_mul(2) + Duration::from_secs(5);
+    let lease = item_lease(d.timeout);
     let mut deliveries = JoinSet::new();
     let mut idle = IDLE_MIN;
     let mut lag_checked = Instant::now();
@@ -209,7 +214,7 @@ const SETTLE_MARGIN: Duration = Duration::from_secs(10);
 /// Delivers one item and reports how it went.
 #[tracing::instrument(name = "dispatch", skip_all, fields(source = %taken.key.source, event_id = %taken.key.event_id, attempt = taken.item.attempt))]
 async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) {
-    let Some(url) = &src.forward_url else {
+    let Some(destination) = &src.destination else {
         return;
     };
     let d = &src.dispatch;
@@ -231,23 +236,22 @@ async fn deliver(state: &AppState, src: &Source, taken: Taken, lease: Duration) 
         ),
     };
     let started = Instant::now();
-    let result = forward::forward(
-        &src.client,
-        url,
-        Bytes::from(taken.queued.body.clone()),
-        Delivery {
-            key: &taken.key,
-            attempt: taken.item.attempt,
-            body_headers: &carried,
-        },
-        d.timeout,
-    )
-    .await;
+    let result = destination
+        .send(
+            Bytes::from(taken.queued.body.clone()),
+            Delivery {
+                key: &taken.key,
+                attempt: taken.item.attempt,
+                body_headers: &carried,
+            },
+            d.timeout,
+        )
+        .await;
     state.metrics.dispatch_latency(
         src.name.as_str(),
         crate::metrics::DownstreamSeen {
             status: match &result {
-                Ok(status) => Some(*status),
+                Ok(sent) => sent.status(),
                 Err(failure) => failure.status(),
             },
             error: result.as_ref().err().map(ToString::to_string),

@@ -134,6 +134,10 @@ pub enum AppError {
     ForwardUnreachable { why: String },
     #[error("the downstream did not answer within {} s", timeout.as_secs_f64())]
     ForwardTimeout { timeout: Duration },
+    /// A broker destination (JetStream, RabbitMQ) did not take the event: down, refusing it, or
+    /// slower than `forward_timeout`. The sender is asked to come back, as for a store outage.
+    #[error("the destination broker did not take the event: {why}")]
+    DestinationUnavailable { why: String },
     #[error("the store is unavailable")]
     Store(#[source] StoreError),
     #[error("the gateway is shutting down")]
@@ -182,6 +186,10 @@ impl AppError {
             Self::ForwardTimeout { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, Outcome::ForwardTimeout)
             }
+            Self::DestinationUnavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Outcome::DestinationUnavailable,
+            ),
             Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, Outcome::StoreUnavailable),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, Outcome::ShuttingDown),
             Self::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, Outcome::RequestTimeout),
@@ -225,7 +233,10 @@ impl IntoResponse for AppError {
         // is failing or a gateway that is stopping (another instance, or this one restarted).
         let retry_after = match &self {
             Self::InFlight { retry_after } => Some(retry_after.as_secs().max(1)),
-            Self::Store(_) | Self::ShuttingDown | Self::BodyBudget { .. } => Some(1),
+            Self::Store(_)
+            | Self::ShuttingDown
+            | Self::BodyBudget { .. }
+            | Self::DestinationUnavailable { .. } => Some(1),
             _ => None,
         };
         if let Some(secs) = retry_after {

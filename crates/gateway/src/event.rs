@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::budget::BodyPermit;
 use crate::config::{Mode, OnConflict};
 use crate::error::AppError;
-use crate::forward::{self, BodyHeaders, Delivery, Failure};
+use crate::forward::{BodyHeaders, Delivery, Failure};
 use crate::outcome::Outcome;
 use crate::{AppState, Source};
 
@@ -214,7 +214,7 @@ async fn forward_once(
         .dedup
         .process_once(claim, |claimed: Claimed| async move {
             let attempt = claimed.token.attempt;
-            let Some(url) = &src.forward_url else {
+            let Some(destination) = &src.destination else {
                 return Ok((attempt, None));
             };
             let delivery = Delivery {
@@ -223,13 +223,12 @@ async fn forward_once(
                 body_headers: &carried,
             };
             let started = std::time::Instant::now();
-            let result =
-                forward::forward(&src.client, url, body, delivery, src.forward_timeout).await;
+            let result = destination.send(body, delivery, src.forward_timeout).await;
             state.metrics.forwarded(
                 src.name.as_str(),
                 crate::metrics::DownstreamSeen {
                     status: match &result {
-                        Ok(status) => Some(*status),
+                        Ok(sent) => sent.status(),
                         Err(failure) => failure.status(),
                     },
                     error: result.as_ref().err().map(ToString::to_string),
@@ -237,7 +236,7 @@ async fn forward_once(
                     at: std::time::SystemTime::now(),
                 },
             );
-            result.map(|status| (attempt, Some(status)))
+            result.map(|sent| (attempt, Some(sent)))
         })
         .await;
     match once {
@@ -250,11 +249,11 @@ async fn forward_once(
         )),
         // The downstream has it: the sender is told so, whatever the store said of the
         // completion (one it missed is retried until it takes it).
-        Ok(Once::Processed((attempt, Some(status)))) => Ok(Handled::ok(
+        Ok(Once::Processed((attempt, Some(sent)))) => Ok(Handled::ok(
             Outcome::Forwarded,
             Answer {
                 attempt: Some(attempt),
-                downstream_status: Some(status),
+                downstream_status: sent.status(),
                 ..Answer::default()
             },
         )),
@@ -287,9 +286,25 @@ async fn forward_once(
         Err(ProcessError::Store(e)) => Err(e.into()),
         Err(ProcessError::Failed(failure)) => Err(match failure {
             Failure::Status { status, .. } => AppError::ForwardFailed { status },
+            // A broker that is down or refuses the message: the sender is asked to come back
+            // (503 with Retry-After), as for a store outage; its retry publishes again.
+            Failure::Unreachable { downstream, why }
+                if src.destination().is_some_and(|t| t.is_broker()) =>
+            {
+                tracing::warn!(source = %src.name, %downstream, error = %why, "the destination broker did not take the event");
+                AppError::DestinationUnavailable { why }
+            }
             Failure::Unreachable { downstream, why } => {
                 tracing::warn!(source = %src.name, %downstream, error = %why, "downstream unreachable");
                 AppError::ForwardUnreachable { why }
+            }
+            Failure::Timeout(_) if src.destination().is_some_and(|t| t.is_broker()) => {
+                AppError::DestinationUnavailable {
+                    why: format!(
+                        "the broker did not acknowledge within forward_timeout ({})",
+                        idemgate_core::Human(src.forward_timeout)
+                    ),
+                }
             }
             Failure::Timeout(_) => AppError::ForwardTimeout {
                 timeout: src.forward_timeout,

@@ -1,5 +1,6 @@
 //! Judgements `/healthz`, `/readyz` and the dashboard's health row share, so that they cannot
-//! disagree: the inbox's queues, and the dispatchers that empty them.
+//! disagree: the inbox's queues, the dispatchers that empty them, and the window audit of the
+//! broker destinations.
 
 use std::time::Duration;
 
@@ -102,4 +103,58 @@ pub(crate) fn dispatchers(state: &AppState) -> Verdict {
             why: format!("no dispatcher runs for {}", stopped.join(", ")),
         }
     }
+}
+
+/// The broker destinations' window audits ([`crate::audit`]): a window shorter than its source
+/// needs, or not known yet (the broker did not answer), is a warning; a destination that cannot
+/// work as configured (its stream or exchange gone) is bad. `None` when no source publishes to a
+/// broker.
+pub(crate) fn destinations(state: &AppState) -> Option<Verdict> {
+    use crate::audit::Standing;
+    let audits = crate::audit::latest(state);
+    if audits.is_empty() {
+        return None;
+    }
+    let worst = audits
+        .iter()
+        .map(|(_, a)| a.standing())
+        .max()
+        .unwrap_or(Standing::Covered);
+    let level = match worst {
+        Standing::Covered => Level::Ok,
+        Standing::Unknown | Standing::Short => Level::Warn,
+        Standing::Broken => Level::Bad,
+    };
+    let why = if level == Level::Ok {
+        let rabbit = audits
+            .iter()
+            .filter(|(_, a)| a.finding == crate::audit::Finding::NoBrokerDedup)
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>();
+        if rabbit.is_empty() {
+            "every JetStream destination's duplicate window covers its source".to_owned()
+        } else {
+            format!(
+                "every JetStream window covers its source; RabbitMQ keeps none, so the consumers of {} dedupe by message_id",
+                rabbit.join(", ")
+            )
+        }
+    } else {
+        audits
+            .iter()
+            .filter(|(_, a)| a.degrades())
+            .map(|(name, a)| {
+                format!(
+                    "{name}: {a}{}",
+                    if a.holds() {
+                        " (publishing held: on_short_window = \"refuse\")"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    Some(Verdict { level, why })
 }

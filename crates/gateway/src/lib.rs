@@ -17,8 +17,13 @@
 //!   forward (or acknowledge) and complete, or release so the sender retries.
 //! - `forward`: the outgoing HTTP client (`http://` and `https://` through rustls, one per
 //!   source's TLS settings), the forward POST and a GET of a small document.
+//! - `destination`: where a source's events go (`forward_url`): HTTP through `forward`, a
+//!   JetStream publish or a confirmed RabbitMQ publish; each broker's connection shared and
+//!   reopened with backoff, and the stream's duplicate window read for the window audit.
 //! - `dispatch`: inbox mode's dispatcher, one task per inbox source: takes queued items under a
 //!   lease, delivers them, retries with backoff, dead-letters what runs out of attempts.
+//! - [`audit`]: the window audit: whether a broker destination's own dedup window covers the
+//!   time after a first publish at which idemgate may publish the same event again.
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
 //! - `admin`: `/healthz` (a real round trip to each component), `/livez` (the process answers),
@@ -34,6 +39,7 @@
 //! - [`metrics`]: the counters and the claim latency histogram.
 
 pub mod api;
+pub mod audit;
 pub mod config;
 pub mod dashboard;
 pub mod error;
@@ -45,6 +51,7 @@ pub mod allow;
 mod admin;
 mod batch;
 mod budget;
+mod destination;
 mod dispatch;
 mod documents;
 mod event;

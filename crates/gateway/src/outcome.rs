@@ -99,6 +99,9 @@ outcomes! {
     ForwardUnreachable => "forward_unreachable",
     /// The downstream did not answer within `forward_timeout`.
     ForwardTimeout => "forward_timeout",
+    /// A broker destination did not take the event (503 with `Retry-After`: the sender's retry
+    /// publishes again).
+    DestinationUnavailable => "destination_unavailable",
     /// No source of that name.
     UnknownSource => "unknown_source",
     /// The body is over `limits.body_limit`.

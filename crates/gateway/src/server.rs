@@ -123,6 +123,10 @@ pub async fn open(config: &Config) -> Result<AppState, StartError> {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // The broker destinations next, still before the store: a stream that does not capture the
+    // subject, an exchange that does not exist, a dedup window shorter than the source needs
+    // with `on_short_window = "refuse"`, each stops the start here.
+    crate::audit::at_start(sources.values()).await?;
     // The embedded store serves one gateway: a second one on the same directory is refused
     // before it touches the store (its own steady clock and writer would race the first's).
     let data_lock = lock_data_dir(config)?;
@@ -385,6 +389,7 @@ pub async fn serve_on(
         config.store.history_interval,
         cancel.clone(),
     );
+    let audits = crate::audit::spawn(&state, config.window_audit_interval, cancel.clone());
     let dispatching = CancellationToken::new();
     let dispatchers = crate::dispatch::spawn(&state, &dispatching);
     // One stop for every listener.
@@ -447,6 +452,14 @@ pub async fn serve_on(
     cancel.cancel();
     let _ = sweeper.await;
     let _ = retention.await;
+    if let Some(audits) = audits {
+        let _ = audits.await;
+    }
+    for src in state.sources.values() {
+        if let Some(destination) = &src.destination {
+            destination.close().await;
+        }
+    }
     let superseded_by = match heartbeat {
         Some(task) => task.await.ok().flatten(),
         None => None,

@@ -24,11 +24,14 @@ pub struct Source {
     pub name: SourceName,
     pub policy: SourcePolicy,
     pub verifier: Verifier,
-    /// Where deliveries go; `None` acknowledges a delivery once claimed.
-    pub forward_url: Option<hyper::Uri>,
-    /// What sends to `forward_url`: built once, with the source's TLS settings (sources with the
-    /// same settings share one, and its connection pool).
-    pub(crate) client: forward::Client,
+    /// Where deliveries go (`forward_url`), with what sends there: built once, with the source's
+    /// TLS settings (HTTP sources with the same settings share one client and its connection
+    /// pool; a broker destination keeps one connection). `None` acknowledges a delivery once
+    /// claimed.
+    pub(crate) destination: Option<Arc<crate::destination::Destination>>,
+    /// How long after a first publish idemgate may publish an event again: what a broker
+    /// destination's dedup window is judged against ([`crate::audit`]).
+    pub(crate) exposure: crate::audit::Exposure,
     /// The documents the verifier needs (`pubsub` with a `jwks_url`, `sns`), fetched and kept.
     pub(crate) documents: Option<crate::documents::Documents>,
     /// `sns`: what a verified subscription confirmation leads to.
@@ -49,6 +52,12 @@ pub struct Source {
 }
 
 impl Source {
+    /// Where deliveries go, without credentials (`forward_url` as parsed); `None` when a
+    /// delivery is acknowledged once claimed.
+    pub fn destination(&self) -> Option<&crate::destination::Target> {
+        self.destination.as_ref().map(|d| &d.target)
+    }
+
     /// `provider = "none"`: the sender proves itself with a bearer token instead of a signature.
     pub fn needs_bearer(&self) -> bool {
         !self.verifier.scheme().is_signed()
@@ -191,6 +200,11 @@ impl Sources {
     /// The source named `name`.
     pub fn get(&self, name: &str) -> Option<&Source> {
         self.0.get(name)
+    }
+
+    /// Every source, in no particular order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Source> {
+        self.0.values()
     }
 }
 
@@ -615,8 +629,23 @@ fn build_source(
     let body_limit = sc.body_limit(body_limit, verifier.scheme());
     Ok(Source {
         name: policy.name.clone(),
-        forward_url: policy.forward_url.clone(),
-        client: clients.get(sc, policy.tls.as_ref())?,
+        destination: match &policy.destination {
+            None => None,
+            Some(target) => {
+                // An HTTP destination sends with its (shared) client; a broker with its own
+                // connection, speaking TLS as `policy.tls` says.
+                let http = match target {
+                    crate::destination::Target::Http(_) => clients.get(sc, policy.tls.as_ref())?,
+                    _ => clients.get(sc, None)?,
+                };
+                Some(Arc::new(crate::destination::Destination::new(
+                    target.clone(),
+                    policy.tls.clone(),
+                    http,
+                )))
+            }
+        },
+        exposure: crate::audit::Exposure::of(sc, &policy),
         documents: documents(sc)?,
         sns_subscription: sc.sns_subscription.unwrap_or_default(),
         policy,

@@ -342,7 +342,110 @@ fn https_forward_urls_take_a_tls_table_checked_at_load() {
     assert!(e.contains("no forward_url"), "{e}");
     // Other schemes are not URLs the gateway can send to.
     let e = load(&format!("{STRIPE}forward_url = \"ftp://127.0.0.1/hook\"\n")).unwrap_err();
-    assert!(e.contains("not an http:// or https:// URL"), "{e}");
+    assert!(e.contains("has no scheme idemgate delivers to"), "{e}");
+}
+
+#[test]
+fn broker_destinations_are_checked_at_load_naming_the_source_and_key_without_credentials() {
+    // Good ones, with what they speak.
+    let config = load(&format!(
+        "{STRIPE}forward_url = \"nats://app:s3cret@127.0.0.1:4222/events.stripe\"\non_short_window = \"refuse\"\n"
+    ))
+    .unwrap();
+    let policy = config.sources[0].policy(0).unwrap();
+    let target = policy.destination.unwrap();
+    assert_eq!(target.to_string(), "nats://127.0.0.1:4222/events.stripe");
+    assert!(target.is_broker() && policy.tls.is_none());
+    assert_eq!(
+        policy.on_short_window,
+        idemgate_gateway::config::OnShortWindow::Refuse
+    );
+    let config = load(&format!(
+        "{STRIPE}forward_url = \"amqps://app:s3cret@rabbit.internal.test/prod?exchange=events&routing_key=stripe\"\n"
+    ))
+    .unwrap();
+    let policy = config.sources[0].policy(0).unwrap();
+    assert!(
+        policy.tls.is_some(),
+        "amqps:// speaks TLS, with [source.tls] or the system's roots"
+    );
+
+    for (url, extra, key, says) in [
+        (
+            "nats+x://h/a",
+            "",
+            "forward_url",
+            "no scheme idemgate delivers to",
+        ),
+        (
+            "nats://app:s3cret@h:4222",
+            "",
+            "forward_url",
+            "names no subject",
+        ),
+        (
+            "nats://app:s3cret@h:4222/events.*",
+            "",
+            "forward_url",
+            "wildcard",
+        ),
+        ("nats://h:4222/events.>", "", "forward_url", "wildcard"),
+        (
+            "nats://h:4222/a..b",
+            "",
+            "forward_url",
+            "not a NATS subject",
+        ),
+        ("nats://h:42x/a", "", "forward_url", "is not a number"),
+        (
+            "amqp://app:s3cret@h/v?routing_key=k",
+            "",
+            "forward_url",
+            "names no exchange",
+        ),
+        (
+            "amqp://app:s3cret@h/v?exchange=e",
+            "",
+            "forward_url",
+            "names no routing_key",
+        ),
+        (
+            "amqp://app:s3cret@h/v?exchange=e&routing_key=k&queue=q",
+            "",
+            "forward_url",
+            "not a parameter",
+        ),
+        (
+            "amqp://app:s3cret@h/v?exchange=e&routing_key=k",
+            "on_short_window = \"refuse\"\n",
+            "on_short_window",
+            "RabbitMQ keeps no dedup window",
+        ),
+        (
+            "http://127.0.0.1:9/hook",
+            "on_short_window = \"warn\"\n",
+            "on_short_window",
+            "judges a broker destination's dedup window",
+        ),
+        (
+            "nats://h/a",
+            "on_short_window = \"never\"\n",
+            "on_short_window",
+            "warn",
+        ),
+        (
+            "nats://app:s3cret@h/a",
+            "[source.tls]\nsystem_roots = true\n",
+            "tls",
+            "speaks no TLS: use https://, tls:// or amqps://",
+        ),
+    ] {
+        let e = load(&format!("{STRIPE}forward_url = {url:?}\n{extra}")).unwrap_err();
+        assert!(e.contains("stripe-live"), "{url}: names the source: {e}");
+        assert!(e.contains(key), "{url}: names {key}: {e}");
+        assert!(e.contains(says), "{url}: {e:?} should say {says:?}");
+        assert!(!e.contains("s3cret"), "{url}: credentials in {e}");
+    }
 }
 
 #[test]

@@ -102,6 +102,11 @@ pub struct Config {
     /// expect. 3 s to 10 min.
     #[serde(default = "default_instance_lease", with = "humantime_serde")]
     pub instance_lease: Duration,
+    /// How often the window audit reads each JetStream destination's `duplicate_window` again
+    /// after the one at start (every 30 s while a window is not known: the broker did not
+    /// answer). 10 s to 1 h; 5 min by default.
+    #[serde(default = "default_window_audit_interval", with = "humantime_serde")]
+    pub window_audit_interval: Duration,
     /// Bearer tokens, each for what its scopes allow: `send` (deliveries to sources with
     /// `provider = "none"`), `claims` (the claim API), `replay` (re-driving dead letters) and
     /// `dashboard`. A token written as a plain string has every scope; a table
@@ -130,6 +135,10 @@ pub struct Config {
     pub limits: Limits,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+}
+
+fn default_window_audit_interval() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_instance_lease() -> Duration {
@@ -226,6 +235,18 @@ pub enum OnConflict {
     Reject,
 }
 
+/// What to do when a broker destination's own dedup window is shorter than the time after a
+/// first publish at which idemgate may publish the same event again (the window audit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnShortWindow {
+    /// Say so: at start, in `idemgate check`, on `/healthz` (`degraded`) and on the dashboard.
+    #[default]
+    Warn,
+    /// Refuse to start.
+    Refuse,
+}
+
 /// When a delivery counts as processed, and who delivers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -308,12 +329,17 @@ pub struct SourceConfig {
     /// Active signing secrets; several during rotation.
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// Where accepted deliveries are sent (`http://` or `https://`). Without one, a delivery is
-    /// acknowledged once claimed.
+    /// Where accepted deliveries are sent: `http://` or `https://` (a POST), `nats://` or
+    /// `tls://` (a JetStream publish), `amqp://` or `amqps://` (a confirmed RabbitMQ publish).
+    /// Without one, a delivery is acknowledged once claimed.
     pub forward_url: Option<String>,
-    /// `[source.tls]`: how an `https://` `forward_url` is trusted, and the client certificate
-    /// shown to it.
+    /// `[source.tls]`: how a TLS destination (`https://`, `tls://`, `amqps://`) is trusted, and
+    /// the client certificate shown to it.
     pub tls: Option<SourceTls>,
+    /// A broker destination whose dedup window is shorter than the time idemgate may publish
+    /// an event again after its first publish: `warn` (the default) or `refuse` (the gateway
+    /// does not start; found later, publishing is held until the window covers it again).
+    pub on_short_window: Option<OnShortWindow>,
     #[serde(default, with = "humantime_serde")]
     pub retry_window: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -452,10 +478,12 @@ pub struct SourcePolicy {
     pub ttl: TtlPolicy,
     pub lease: Duration,
     /// `forward_url`, parsed.
-    pub forward_url: Option<hyper::Uri>,
-    /// The TLS settings of an `https://` `forward_url` (checked: every file named was read);
-    /// `None` for `http://`.
+    pub destination: Option<crate::destination::Target>,
+    /// The TLS settings of a TLS destination (checked: every file named was read); `None` for
+    /// one that speaks no TLS.
     pub tls: Option<idemgate_tls::ClientTls>,
+    /// `on_short_window`, for a broker destination (`warn` when not set).
+    pub on_short_window: OnShortWindow,
     /// `allow_from`, parsed: empty for any address.
     pub allow_from: Vec<crate::allow::Cidr>,
 }
@@ -635,23 +663,36 @@ impl SourceConfig {
                 return Err(self.invalid("dispatch.max_age", "must be above zero"));
             }
         }
-        let forward_url = match &self.forward_url {
+        let destination = match &self.forward_url {
             None => None,
             Some(url) => Some(
-                url.parse::<hyper::Uri>()
-                    .ok()
-                    .filter(|u| {
-                        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
-                    })
-                    .ok_or_else(|| {
-                        self.invalid(
-                            "forward_url",
-                            format!("{url:?} is not an http:// or https:// URL with a host"),
-                        )
-                    })?,
+                crate::destination::Target::parse(url)
+                    .map_err(|why| self.invalid("forward_url", why))?,
             ),
         };
-        let tls = self.client_tls(forward_url.as_ref())?;
+        let tls = self.client_tls(destination.as_ref())?;
+        let on_short_window = match (&destination, self.on_short_window) {
+            (_, None) => OnShortWindow::Warn,
+            (Some(crate::destination::Target::Nats(_)), Some(on)) => on,
+            (Some(crate::destination::Target::Amqp(_)), Some(OnShortWindow::Warn)) => {
+                OnShortWindow::Warn
+            }
+            (Some(crate::destination::Target::Amqp(_)), Some(OnShortWindow::Refuse)) => {
+                return Err(self.invalid(
+                    "on_short_window",
+                    "is \"refuse\", which an amqp:// destination can never meet: RabbitMQ keeps no dedup window, so consumers must dedupe by message_id; remove it (or set \"warn\")",
+                ));
+            }
+            (target, Some(_)) => {
+                return Err(self.invalid(
+                    "on_short_window",
+                    format!(
+                        "judges a broker destination's dedup window, and forward_url is {}: remove it, or publish to nats:// or amqp://",
+                        target.as_ref().map_or("not set", |t| t.scheme())
+                    ),
+                ));
+            }
+        };
         let allow_from = self
             .allow_from
             .iter()
@@ -673,8 +714,9 @@ impl SourceConfig {
             name,
             ttl,
             lease,
-            forward_url,
+            destination,
             tls,
+            on_short_window,
             allow_from,
         })
     }
@@ -1037,6 +1079,17 @@ impl Config {
                 why: format!(
                     "{} is outside 3s to 10m: shorter, a busy store's pause could take a live process for dead; longer, a restart after a crash waits that long",
                     Human(self.instance_lease)
+                ),
+            });
+        }
+        if !(Duration::from_secs(10)..=Duration::from_secs(3600))
+            .contains(&self.window_audit_interval)
+        {
+            problems.push(ConfigError::Global {
+                key: "window_audit_interval",
+                why: format!(
+                    "{} is outside 10s to 1h: a stream's duplicate window changed by an operator would go unsaid for too long, or the broker be asked too often",
+                    Human(self.window_audit_interval)
                 ),
             });
         }

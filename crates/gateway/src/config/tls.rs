@@ -55,18 +55,17 @@ impl SourceConfig {
     /// client identity, nothing trusted, or a file that cannot be used (the file and why).
     pub(crate) fn client_tls(
         &self,
-        url: Option<&hyper::Uri>,
+        target: Option<&crate::destination::Target>,
     ) -> Result<Option<ClientTls>, ConfigError> {
-        let https = url.is_some_and(|u| u.scheme_str() == Some("https"));
-        if !https {
+        let tls_spoken = target.is_some_and(|t| t.tls());
+        if !tls_spoken {
             if self.tls.is_some() {
-                let why = match url {
-                    Some(_) => {
-                        "is set but forward_url is http://, which speaks no TLS: use an https:// URL, or remove [source.tls]"
-                    }
-                    None => {
-                        "is set but there is no forward_url to speak TLS to: set an https:// forward_url, or remove [source.tls]"
-                    }
+                let why = match target {
+                    Some(t) => format!(
+                        "is set but forward_url is {}, which speaks no TLS: use https://, tls:// or amqps://, or remove [source.tls]",
+                        t.scheme()
+                    ),
+                    None => "is set but there is no forward_url to speak TLS to: set a TLS forward_url, or remove [source.tls]".to_owned(),
                 };
                 return Err(self.invalid("tls", why));
             }
@@ -120,7 +119,7 @@ impl SourceConfig {
             TlsError::NoRoots if self.tls.is_none() => {
                 return self.invalid(
                     "forward_url",
-                    "is https:// but this machine trusts no certificate authority: set tls.ca_file to the downstream's CA",
+                    "speaks TLS but this machine trusts no certificate authority: set tls.ca_file to the destination's CA",
                 );
             }
             _ => "tls.ca_file",

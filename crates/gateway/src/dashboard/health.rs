@@ -160,6 +160,21 @@ pub(super) fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
     }
 }
 
+/// The broker destinations' window audits, judged as `/healthz` judges them. `None` when no
+/// source publishes to a broker.
+pub(super) fn destination_health(state: &AppState) -> Option<Health> {
+    let verdict = crate::health::destinations(state)?;
+    Some(Health {
+        name: "broker windows",
+        light: match verdict.level {
+            crate::health::Level::Ok => Light::Green,
+            crate::health::Level::Warn => Light::Amber,
+            crate::health::Level::Bad => Light::Red,
+        },
+        why: verdict.why,
+    })
+}
+
 /// The TTLs the advisor judged too short (late duplicates, a p99 gap near the TTL, a queue lag
 /// past its margin): red, naming each source and why; green when none is.
 pub(super) fn ttl_health(advised: &super::Advised) -> Health {

@@ -461,6 +461,9 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     if state.sources.values().any(|s| s.mode == Mode::Inbox) {
         health.push(inbox_health(state, &inbox));
     }
+    if let Some(windows) = health::destination_health(state) {
+        health.push(windows);
+    }
     if let Ok(Some(advised)) = &advised {
         health.push(health::ttl_health(advised));
     }

@@ -344,9 +344,9 @@ fn downstream_card(b: &mut String, state: &AppState, name: &str) {
     let Some(src) = state.sources.get(name) else {
         return;
     };
-    if src.forward_url.is_none() {
+    let Some(target) = src.destination() else {
         return;
-    }
+    };
     let _ = write!(
         b,
         "<div class=\"card\" data-downstream=\"{}\"><h3>{}: downstream</h3><dl class=\"facts\">",
@@ -359,7 +359,7 @@ fn downstream_card(b: &mut String, state: &AppState, name: &str) {
             let answer = match (&seen.error, seen.status) {
                 (None, Some(status)) => format!("HTTP {status}"),
                 (Some(e), _) => format!("failed: {e}"),
-                (None, None) => "answered".to_owned(),
+                (None, None) => "acknowledged by the broker".to_owned(),
             };
             let ago = seen.at.elapsed().unwrap_or_default();
             let class = if seen.error.is_some() { " class=\"flag\"" } else { "" };
@@ -390,6 +390,22 @@ fn downstream_card(b: &mut String, state: &AppState, name: &str) {
             l.count
         );
     }
+    if let Some(audit) = src.destination.as_ref().and_then(|d| d.audit()) {
+        let class = if audit.degrades() {
+            " class=\"flag\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            b,
+            "<dt>dedup window</dt><dd{class} data-field=\"window_audit\">{}{}</dd>",
+            esc(&audit.to_string()),
+            audit
+                .advice()
+                .map(|a| format!(": {}", esc(&a)))
+                .unwrap_or_default()
+        );
+    }
     let _ = writeln!(
         b,
         "</dl><p class=\"muted\">{} to <code>{}</code>, since this gateway started (<code>idemgate_{}_duration_seconds</code>).</p></div>",
@@ -398,31 +414,13 @@ fn downstream_card(b: &mut String, state: &AppState, name: &str) {
         } else {
             "Forwards"
         },
-        esc(&redacted(
-            src.forward_url
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        )),
+        esc(&target.to_string()),
         if src.mode == crate::config::Mode::Inbox {
             "dispatch"
         } else {
             "forward"
         }
     );
-}
-
-/// A URL without the credentials it may carry.
-fn redacted(url: String) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((_, host)) if !host.contains('/') || rest.find('@') < rest.find('/') => {
-                format!("{scheme}://{host}")
-            }
-            _ => url,
-        },
-        None => url,
-    }
 }
 
 /// A source's latest history rows, newest first, each linked to its event's page.
