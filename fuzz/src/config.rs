@@ -125,6 +125,17 @@ const KEYS: &[DurationKey] = &[
         key: "shutdown_grace",
         read: Some(|c| Some(c.limits.shutdown_grace)),
     },
+    // Range-checked keys: a duration outside the range is refused, naming the key.
+    DurationKey {
+        toml: "instance_lease = {}\n",
+        key: "instance_lease",
+        read: None,
+    },
+    DurationKey {
+        toml: "window_audit_interval = {}\n",
+        key: "window_audit_interval",
+        read: None,
+    },
     source_key!("retry_window"),
     source_key!("queue_lag"),
     source_key!("clock_skew"),

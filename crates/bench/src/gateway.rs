@@ -66,15 +66,15 @@ pub enum Tutorial {
 pub struct Args {
     /// Which store the gateway runs on.
     #[arg(long, value_enum, default_value = "both")]
-    store: StoreArg,
+    pub(crate) store: StoreArg,
     #[command(flatten)]
-    postgres: crate::pg::Postgres,
+    pub(crate) postgres: crate::pg::Postgres,
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 64)]
-    connections: usize,
+    pub(crate) connections: usize,
     /// Deliveries to send to each receiver (per round).
     #[arg(long, default_value_t = 20_000)]
-    requests: usize,
+    pub(crate) requests: usize,
     /// Rounds of `--requests` deliveries each, one after another on one receiver, each of new
     /// events (so the tables grow from round to round): req/s and p99 per round, and whether
     /// the last round holds the first one's speed.
@@ -87,11 +87,11 @@ pub struct Args {
     maintenance: crate::pg::Maintenance,
     /// Share of deliveries that repeat an earlier event.
     #[arg(long, default_value_t = 0.1)]
-    duplicates: f64,
+    pub(crate) duplicates: f64,
     /// New deliveries each receiver takes first, not measured nor counted (a JIT, caches and
     /// connection pools warm up).
     #[arg(long, default_value_t = 2_000)]
-    warmup: usize,
+    pub(crate) warmup: usize,
     /// The idemgate binary (default: next to this one; build it with
     /// `cargo build --release -p idemgate-cli`).
     #[arg(long)]
@@ -103,9 +103,31 @@ pub struct Args {
     /// The node binary the tutorial receiver runs on (`npm` is taken from PATH).
     #[arg(long, default_value = "node")]
     node: PathBuf,
+    /// Instead of the receivers above: the gateway publishing into each destination named
+    /// (`nats`, `amqp`), beside HTTP to nginx, forward and inbox mode, same run (see
+    /// `destinations`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub(crate) destination: Vec<crate::destinations::Destination>,
+    /// NATS with JetStream, for `--destination nats` (streams of the run's own, deleted after).
+    #[arg(
+        long,
+        env = "IDEMGATE_TEST_NATS",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub(crate) nats: String,
+    /// RabbitMQ, for `--destination amqp` (queues of the run's own, deleted after).
+    #[arg(
+        long,
+        env = "IDEMGATE_TEST_AMQP",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub(crate) amqp: String,
+    /// The nginx binary the HTTP baseline of `--destination` runs on.
+    #[arg(long, default_value_os_t = crate::destinations::default_nginx())]
+    pub(crate) nginx: PathBuf,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
 }
 
 pub(crate) const SECRET: &str = "whsec_bench_secret";
@@ -219,6 +241,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "{} not found: build it with `cargo build --release -p idemgate-cli`, or pass --idemgate",
             bin.display()
         );
+    }
+    if !args.destination.is_empty() {
+        return crate::destinations::run(&args, &bin).await;
     }
     let stores: &[Store] = match args.store {
         StoreArg::Sqlite => &[Store::Sqlite],
@@ -568,7 +593,12 @@ fn draw(runs: &[Run], args: &Args) -> anyhow::Result<String> {
 
 /// Charts (whole SVG documents with a width and a height) stacked top to bottom in one
 /// document, titled `title`.
-fn stack(id: &str, title: &str, desc: &str, charts: &[String]) -> anyhow::Result<String> {
+pub(crate) fn stack(
+    id: &str,
+    title: &str,
+    desc: &str,
+    charts: &[String],
+) -> anyhow::Result<String> {
     let mut body = String::new();
     let (mut width, mut height) = (0.0_f64, 0.0_f64);
     for chart in charts {
@@ -771,7 +801,7 @@ fn event_id(body: &[u8]) -> Option<String> {
 }
 
 /// How many distinct events the deliveries carry.
-fn distinct_events(deliveries: &[(hyper::HeaderMap, Bytes)]) -> usize {
+pub(crate) fn distinct_events(deliveries: &[(hyper::HeaderMap, Bytes)]) -> usize {
     deliveries
         .iter()
         .filter_map(|(_, body)| event_id(body))
@@ -894,7 +924,9 @@ fn deliveries_of(
 }
 
 /// One signed delivery of a Stripe event per id, signed now.
-fn signed(ids: impl Iterator<Item = String>) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
+pub(crate) fn signed(
+    ids: impl Iterator<Item = String>,
+) -> anyhow::Result<Vec<(hyper::HeaderMap, Bytes)>> {
     let sc: idemgate_gateway::config::SourceConfig = serde_json::from_value(serde_json::json!({
         "name": "stripe-live", "provider": "stripe", "secrets": [SECRET],
     }))?;

@@ -8,13 +8,17 @@
 //!
 //! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`, `peers`: one module per scenario, each
 //!   with its `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
-//! - `pg`: the PostgreSQL helpers the scenarios share; `nats`: a minimal NATS client for
-//!   JetStream; `progress`: bars or lines on stderr.
+//!   `destinations` is `gateway --destination`: the gateway publishing into JetStream and
+//!   RabbitMQ beside HTTP to nginx.
+//! - `pg`: the PostgreSQL helpers the scenarios share; `nats`: JetStream through async-nats
+//!   (streams, publishes with `Nats-Msg-Id`, messages counted per id); `progress`: bars or lines
+//!   on stderr.
 //! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
 //!   drawn by `idemgate-chart`.
 
 mod claims;
 mod cleanup;
+mod destinations;
 mod gateway;
 mod growth;
 mod inbox;

@@ -171,12 +171,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for _ in 0..args.nats_connections {
         nats.push(Nats::connect(&args.nats).await?);
     }
-    if !nats[0].jetstream() {
-        bail!(
-            "NATS at {} runs without JetStream: start it with nats-server -js",
-            nats[0].addr()
-        );
-    }
     nats[0]
         .create_stream(&names.stream, &[&names.subject], args.window)
         .await
