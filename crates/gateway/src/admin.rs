@@ -290,6 +290,18 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             None => Vec::new(),
         },
         clock_divergence_ms: state.store.clock_divergence_ms(),
+        windows: crate::audit::latest(&state)
+            .into_iter()
+            .map(|(source, audit)| metrics::WindowSeen {
+                source,
+                window: match &audit.finding {
+                    crate::audit::Finding::Window { window, .. } => Some(*window),
+                    _ => None,
+                },
+                exposure: audit.exposure.window,
+                degraded: audit.degrades(),
+            })
+            .collect(),
     };
     let mut response = state.metrics.render(scrape).into_response();
     response.headers_mut().insert(

@@ -349,6 +349,20 @@ pub struct Scrape {
     pub inbox: Vec<idemgate_core::inbox::InboxStats>,
     /// The embedded store's clock against the host's wall clock (ms), where it keeps its own.
     pub clock_divergence_ms: Option<i64>,
+    /// Each broker destination's latest window audit: the source, the broker's dedup window
+    /// (`None`: none, or not known) and the exposure it is judged against.
+    pub windows: Vec<WindowSeen>,
+}
+
+/// A broker destination's window audit, as `/metrics` shows it.
+#[derive(Debug, Clone)]
+pub struct WindowSeen {
+    pub source: String,
+    pub window: Option<Duration>,
+    pub exposure: Duration,
+    /// Whether the audit finds it short, not known, or the destination broken (what `/healthz`
+    /// calls degraded).
+    pub degraded: bool,
 }
 
 impl Metrics {
@@ -598,6 +612,37 @@ impl Metrics {
                 oldest,
             );
         }
+        if !scrape.windows.is_empty() {
+            let window = Family::<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+            let exposure =
+                Family::<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+            let degraded = Family::<SourceLabel, Gauge>::default();
+            for w in &scrape.windows {
+                let label = SourceLabel {
+                    source: w.source.clone(),
+                };
+                if let Some(d) = w.window {
+                    window.get_or_create(&label).set(d.as_secs_f64());
+                }
+                exposure.get_or_create(&label).set(w.exposure.as_secs_f64());
+                degraded.get_or_create(&label).set(i64::from(w.degraded));
+            }
+            read.register(
+                "idemgate_destination_dedup_window_seconds",
+                "A JetStream destination's duplicate_window, as the window audit last read it (absent: RabbitMQ, which keeps none, or not read yet)",
+                window,
+            );
+            read.register(
+                "idemgate_destination_exposure_seconds",
+                "The longest time after a first publish at which the gateway may publish the same event again, for a source with a broker destination",
+                exposure,
+            );
+            read.register(
+                "idemgate_destination_window_degraded",
+                "1 when the window audit finds the broker's dedup window shorter than the exposure, not known, or the destination broken (as /healthz says degraded)",
+                degraded,
+            );
+        }
         crate::process::register_metrics(&mut read);
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -664,8 +709,27 @@ mod tests {
                 bypassed: 0,
             }),
             clock_divergence_ms: Some(120_000),
+            windows: vec![
+                WindowSeen {
+                    source: "stripe".to_owned(),
+                    window: Some(Duration::from_secs(120)),
+                    exposure: Duration::from_secs(3 * 86_400),
+                    degraded: true,
+                },
+                WindowSeen {
+                    source: "shop".to_owned(),
+                    window: None,
+                    exposure: Duration::from_secs(625),
+                    degraded: false,
+                },
+            ],
         });
         for line in [
+            "idemgate_destination_dedup_window_seconds{source=\"stripe\"} 120.0",
+            "idemgate_destination_exposure_seconds{source=\"stripe\"} 259200.0",
+            "idemgate_destination_window_degraded{source=\"stripe\"} 1",
+            "idemgate_destination_exposure_seconds{source=\"shop\"} 625.0",
+            "idemgate_destination_window_degraded{source=\"shop\"} 0",
             "idemgate_deliveries_total{source=\"stripe\",outcome=\"forwarded\"} 2",
             "idemgate_late_duplicates_total{source=\"stripe\"} 1",
             "idemgate_claim_duration_seconds_count{source=\"stripe\"} 1",
@@ -687,6 +751,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
+        assert!(
+            !text.contains("idemgate_destination_dedup_window_seconds{source=\"shop\"}"),
+            "RabbitMQ has no window to show"
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
         if cfg!(target_os = "linux") {
             for name in [

@@ -261,6 +261,17 @@ async fn a_window_shorter_than_the_source_needs_is_said_and_refused_when_asked()
             && why.contains("short"),
         "{why}"
     );
+    let metrics = String::from_utf8_lossy(&gw.get("/metrics").await.unwrap().body).into_owned();
+    for line in [
+        "idemgate_destination_dedup_window_seconds{source=\"stripe-live\"} 120.0",
+        "idemgate_destination_exposure_seconds{source=\"stripe-live\"} 259200.0",
+        "idemgate_destination_window_degraded{source=\"stripe-live\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in /metrics"
+        );
+    }
     // Publishing goes on (warn only): the event is delivered.
     let a = deliver(&gw, "evt_1").await;
     assert_eq!(a.status, 200, "{:?}", a.body);
