@@ -49,6 +49,19 @@ pub struct Processing {
     pub received: u64,
     pub answered: u64,
     pub status: u16,
+    /// A broker's copy (a message in a JetStream stream or a RabbitMQ queue), not a request to
+    /// the downstream: where the broker keeps it.
+    pub stored: Option<Stored>,
+}
+
+/// Where a broker keeps a message it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Its position in the stream or the queue, from 1: the order the broker took the copies in.
+    pub position: u64,
+    /// `received` (and `answered`) is when the broker stored it (JetStream says so). RabbitMQ
+    /// keeps no such time: its copies have `received` 0 and are ordered by position alone.
+    pub timed: bool,
 }
 
 impl Processing {
@@ -229,6 +242,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Byte
             received,
             answered,
             status,
+            stored: None,
         });
         state.last.fetch_max(answered, Ordering::SeqCst);
         state.in_hand.fetch_sub(1, Ordering::SeqCst);

@@ -40,6 +40,9 @@ pub struct SourceSpec {
 pub struct InboxSpec {
     /// Deliveries in flight at once, per gateway.
     pub concurrency: u32,
+    /// `dispatch.max_attempts` (the gateway's default, 12, when `None`): a broker down for long
+    /// takes more attempts than that at the suite's short backoff.
+    pub max_attempts: Option<u32>,
 }
 
 impl InboxSpec {
@@ -70,7 +73,8 @@ pub struct Gateway {
     bin: PathBuf,
     dir: PathBuf,
     downstream: SocketAddr,
-    log_filter: String,
+    /// `IDEMGATE_LOG` for every incarnation.
+    pub log_filter: String,
     child: Option<tokio::process::Child>,
     cleanup: Option<u64>,
     logs: Vec<PathBuf>,
@@ -82,6 +86,11 @@ pub struct Gateway {
     pub extra_toml: String,
     /// Environment variables of the scenario's own (libfaketime's), for every incarnation.
     pub extra_env: Vec<(String, String)>,
+    /// The source's `forward_url` instead of the downstream's path, with `{g}` and `{r}` standing
+    /// for the gateway's index and the incarnation (a broker subject or routing key per process).
+    pub destination: Option<String>,
+    /// Lines of the scenario's own in the `[[source]]` table (`on_short_window = "refuse"`).
+    pub source_toml: String,
 }
 
 /// Where a gateway runs and what it needs.
@@ -128,6 +137,8 @@ impl Gateway {
             client: env.client.clone(),
             extra_toml: String::new(),
             extra_env: Vec::new(),
+            destination: None,
+            source_toml: String::new(),
         })
     }
 
@@ -169,10 +180,23 @@ timeout = "{timeout}"
 max_age = "{ttl}"
 backoff = "100ms"
 max_backoff = "1s"
-"#,
+{attempts}"#,
                 concurrency = i.concurrency,
                 timeout = h(self.source.forward_timeout),
                 ttl = h(self.source.ttl),
+                attempts = i
+                    .max_attempts
+                    .map(|n| format!("max_attempts = {n}\n"))
+                    .unwrap_or_default(),
+            ),
+        };
+        let forward_url = match &self.destination {
+            Some(template) => template
+                .replace("{g}", &self.index.to_string())
+                .replace("{r}", &self.incarnation.to_string()),
+            None => format!(
+                "http://{}/hook/g{}/r{}",
+                self.downstream, self.index, self.incarnation
             ),
         };
         format!(
@@ -188,7 +212,7 @@ shutdown_grace = "2s"
 name = "{SOURCE}"
 provider = "stripe"
 secrets = ["{SECRET}"]
-forward_url = "http://{down}/hook/g{index}/r{incarnation}"
+forward_url = {forward_url:?}
 forward_timeout = "{timeout}"
 lease = "{lease}"
 retry_window = "{ttl}"
@@ -196,13 +220,12 @@ queue_lag = "0s"
 clock_skew = "0s"
 replay_margin = "0s"
 late_duplicates = "flag"
-{inbox}"#,
+{source}{inbox}"#,
             port = self.port,
             index = self.index,
             extra = self.extra_toml,
             store = self.store_toml,
-            down = self.downstream,
-            incarnation = self.incarnation,
+            source = self.source_toml,
             timeout = h(self.source.forward_timeout),
             lease = h(self.source.lease),
             ttl = h(self.source.ttl),
@@ -213,6 +236,19 @@ late_duplicates = "flag"
     pub fn config_path(&self) -> PathBuf {
         self.dir
             .join(format!("g{}-r{}.toml", self.index, self.incarnation))
+    }
+
+    /// Writes the next incarnation's config without starting it (for an `idemgate serve` the
+    /// scenario runs itself, expecting it to refuse to start); returns its path.
+    ///
+    /// # Errors
+    /// When it cannot be written.
+    pub fn write_next_config(&mut self) -> anyhow::Result<PathBuf> {
+        self.incarnation += 1;
+        let config = self.config_path();
+        std::fs::write(&config, self.config())
+            .with_context(|| format!("writing {}", config.display()))?;
+        Ok(config)
     }
 
     /// `idemgate`, run in the scenario's directory, without the environment's `IDEMGATE_*`

@@ -58,6 +58,8 @@ pub enum Outcome {
     ForwardTimeout,
     ForwardUnreachable,
     StoreUnavailable,
+    /// A broker destination did not take the event (503, `Retry-After`): the claim was released.
+    DestinationUnavailable,
     /// Any other answer (named by its status in the summary).
     Other,
     ConnectError,
@@ -78,6 +80,7 @@ impl Outcome {
             "forward_timeout" => Self::ForwardTimeout,
             "forward_unreachable" => Self::ForwardUnreachable,
             "store_unavailable" => Self::StoreUnavailable,
+            "destination_unavailable" => Self::DestinationUnavailable,
             _ => Self::Other,
         }
     }
@@ -95,6 +98,7 @@ impl Outcome {
             Self::ForwardTimeout => "forward_timeout",
             Self::ForwardUnreachable => "forward_unreachable",
             Self::StoreUnavailable => "store_unavailable",
+            Self::DestinationUnavailable => "destination_unavailable",
             Self::Other => "other",
             Self::ConnectError => "connect-error",
             Self::Timeout => "timeout",
@@ -237,10 +241,7 @@ impl Senders {
     }
 
     pub fn body(&self, event: u32) -> Bytes {
-        Bytes::from(format!(
-            r#"{{"id":"evt_{tag}_{event}","object":"event","type":"chaos.delivery","data":{{"object":{{"n":{event},"amount":4200}}}}}}"#,
-            tag = self.tag
-        ))
+        body(&self.tag, event)
     }
 
     async fn event(self: Arc<Self>, event: u32) {
@@ -350,6 +351,13 @@ impl Senders {
             }
         }
     }
+}
+
+/// The body of event `event` of the run tagged `tag`, as every delivery of it sends it.
+pub fn body(tag: &str, event: u32) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"id":"evt_{tag}_{event}","object":"event","type":"chaos.delivery","data":{{"object":{{"n":{event},"amount":4200}}}}}}"#
+    ))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -4,7 +4,8 @@
 //! downstream while killing gateways, restarting PostgreSQL and Redis, flushing and starving
 //! Redis, sweeping aggressively, breaking the downstream, killing inbox dispatchers with a
 //! backlog queued, starting a second gateway under a live one's name, hanging up on slow
-//! forwards, blackholing PostgreSQL, filling the disk and stepping the wall clock; then lets the senders retry as real senders do and prints a verdict per
+//! forwards, blackholing PostgreSQL, filling the disk and stepping the wall clock, and killing
+//! gateways and restarting brokers that publish into JetStream and RabbitMQ; then lets the senders retry as real senders do and prints a verdict per
 //! scenario: events lost, events processed twice, and for each second processing the proof that
 //! it was in flight at a SIGKILL (or that it was not).
 //!
@@ -15,7 +16,8 @@
 //! - [`load`]: the senders (signed deliveries, retries with backoff, deadlines).
 //! - [`downstream`]: the counting HTTP server the gateways forward to, with its faults.
 //! - [`gateway`]: `idemgate serve` processes (config, start, SIGKILL, restart, logs).
-//! - [`pg`], [`redis`]: private PostgreSQL and redis-server instances.
+//! - [`pg`], [`redis`]: private PostgreSQL and redis-server instances; [`nats`], [`rabbit`]: a
+//!   private `nats-server -js` and RabbitMQ node, and [`broker`]: their messages read back.
 //! - [`second`]: a second `idemgate serve` on a running gateway's config; [`disk`]: a tmpfs to
 //!   fill; [`faketime`]: libfaketime, to step a gateway's wall clock; [`health`]: `/healthz`
 //!   asked while a fault lasts.
@@ -24,6 +26,7 @@
 //! - [`cleanup`]: everything started is stopped and removed, also on failure and ctrl-c.
 //! - [`rng`], [`clock`], [`http`]: seeded randomness, the run clock, the HTTP client.
 
+mod broker;
 mod cleanup;
 mod clock;
 mod disk;
@@ -34,7 +37,9 @@ mod gateway;
 mod health;
 mod http;
 mod load;
+mod nats;
 mod pg;
+mod rabbit;
 mod redis;
 mod report;
 mod rng;
@@ -141,6 +146,21 @@ enum Command {
     FullDisk,
     /// The gateway's wall clock stepped --clock-step ahead during forwards (libfaketime).
     ClockStep,
+    /// JetStream destination (private nats-server): SIGKILL of the gateway three times under
+    /// load, in forward and in inbox mode; every event stored once.
+    KillJetstream,
+    /// RabbitMQ destination (private node): SIGKILL of the gateway three times under load, in
+    /// forward and in inbox mode; nothing lost, every copy kept twice explained.
+    KillRabbitmq,
+    /// JetStream destination: nats-server restarted, then stopped 10 s, under load (forward and
+    /// inbox mode).
+    JetstreamRestart,
+    /// RabbitMQ destination: the node restarted, then stopped 10 s, under load (forward and inbox
+    /// mode).
+    RabbitmqRestart,
+    /// A stream's duplicate window shortened below what the source needs: the audit says so;
+    /// on_short_window = "refuse" and a subject no stream captures stop a start.
+    ShortWindow,
 }
 
 const ORDER: &[Command] = &[
@@ -161,6 +181,11 @@ const ORDER: &[Command] = &[
     Command::PostgresBlackhole,
     Command::FullDisk,
     Command::ClockStep,
+    Command::KillJetstream,
+    Command::KillRabbitmq,
+    Command::JetstreamRestart,
+    Command::RabbitmqRestart,
+    Command::ShortWindow,
 ];
 
 /// Sizes of every scenario's load.
@@ -191,6 +216,8 @@ pub struct Ctx {
     /// CI set: a missing tool fails its scenario instead of skipping it.
     pub ci: bool,
     pg: tokio::sync::OnceCell<pg::PrivatePg>,
+    nats: tokio::sync::OnceCell<tokio::sync::Mutex<nats::PrivateNats>>,
+    rabbit: tokio::sync::OnceCell<tokio::sync::Mutex<rabbit::PrivateRabbit>>,
 }
 
 impl Ctx {
@@ -205,6 +232,55 @@ impl Ctx {
                 pg::PrivatePg::start(&self.pg_bin, self.registry.dir(), self.registry.clone()).await
             })
             .await
+    }
+
+    /// The run's private nats-server, started on first use (and again if a scenario left it
+    /// stopped), held until the guard is dropped.
+    ///
+    /// # Errors
+    /// When nats-server is missing or does not start.
+    pub async fn nats(&self) -> anyhow::Result<tokio::sync::MutexGuard<'_, nats::PrivateNats>> {
+        let cell = self
+            .nats
+            .get_or_try_init(|| async {
+                nats::available().await?;
+                eprintln!("starting a private nats-server -js");
+                let server =
+                    nats::PrivateNats::start(self.registry.dir(), self.registry.clone()).await?;
+                Ok::<_, anyhow::Error>(tokio::sync::Mutex::new(server))
+            })
+            .await?;
+        let mut server = cell.lock().await;
+        server.ensure().await?;
+        Ok(server)
+    }
+
+    /// The run's private RabbitMQ node, started on first use (and again if a scenario left it
+    /// stopped), held until the guard is dropped.
+    ///
+    /// # Errors
+    /// When rabbitmq-server (or, as root, runuser and the rabbitmq user) is missing, or the node
+    /// does not start.
+    pub async fn rabbit(
+        &self,
+    ) -> anyhow::Result<tokio::sync::MutexGuard<'_, rabbit::PrivateRabbit>> {
+        let cell = self
+            .rabbit
+            .get_or_try_init(|| async {
+                rabbit::available().await?;
+                eprintln!("starting a private RabbitMQ node");
+                let node = rabbit::PrivateRabbit::start(
+                    self.registry.dir(),
+                    &self.nonce,
+                    self.registry.clone(),
+                )
+                .await?;
+                Ok::<_, anyhow::Error>(tokio::sync::Mutex::new(node))
+            })
+            .await?;
+        let mut node = cell.lock().await;
+        node.ensure().await?;
+        Ok(node)
     }
 }
 
@@ -278,6 +354,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         client: http::client(),
         ci: std::env::var_os("CI").is_some(),
         pg: tokio::sync::OnceCell::new(),
+        nats: tokio::sync::OnceCell::new(),
+        rabbit: tokio::sync::OnceCell::new(),
     });
     let commands: Vec<Command> = match cli.command {
         Command::All => ORDER.to_vec(),
@@ -330,6 +408,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     if let Some(pg) = ctx.pg.get() {
         pg.remove().await;
+    }
+    if let Some(nats) = ctx.nats.get() {
+        nats.lock().await.stop().await;
+    }
+    if let Some(rabbit) = ctx.rabbit.get() {
+        rabbit.lock().await.remove().await;
     }
     registry.finish();
     let header = format!(
@@ -385,6 +469,23 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
         Command::PostgresBlackhole => vec![("postgres-blackhole", "postgres via a faulty link")],
         Command::FullDisk => vec![("full-disk", "sqlite on a small tmpfs")],
         Command::ClockStep => vec![("clock-step", "sqlite, libfaketime")],
+        Command::KillJetstream => vec![
+            ("kill-jetstream", "sqlite -> jetstream"),
+            ("inbox-kill-jetstream", "sqlite, inbox -> jetstream"),
+        ],
+        Command::KillRabbitmq => vec![
+            ("kill-rabbitmq", "sqlite -> rabbitmq"),
+            ("inbox-kill-rabbitmq", "sqlite, inbox -> rabbitmq"),
+        ],
+        Command::JetstreamRestart => vec![
+            ("jetstream-restart", "sqlite -> jetstream"),
+            ("inbox-jetstream-restart", "sqlite, inbox -> jetstream"),
+        ],
+        Command::RabbitmqRestart => vec![
+            ("rabbitmq-restart", "sqlite -> rabbitmq"),
+            ("inbox-rabbitmq-restart", "sqlite, inbox -> rabbitmq"),
+        ],
+        Command::ShortWindow => vec![("short-window", "sqlite -> jetstream")],
     };
     for (name, store) in runs {
         eprintln!("== {name} ({store})");
@@ -410,7 +511,22 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
             "hangup" => scenarios::hangup(ctx).await,
             "postgres-blackhole" => scenarios::postgres_blackhole(ctx).await,
             "full-disk" => scenarios::full_disk(ctx).await,
-            _ => scenarios::clock_step(ctx).await,
+            "clock-step" => scenarios::clock_step(ctx).await,
+            "short-window" => scenarios::short_window(ctx).await,
+            broker => {
+                use scenarios::Broker;
+                let inbox = broker.starts_with("inbox-");
+                let on = if broker.contains("jetstream") {
+                    Broker::JetStream
+                } else {
+                    Broker::RabbitMq
+                };
+                if broker.contains("kill") {
+                    scenarios::broker_kill(ctx, name, on, inbox).await
+                } else {
+                    scenarios::broker_restart(ctx, name, on, inbox).await
+                }
+            }
         };
         let ended = match result {
             Ok(v) => Ended::Judged(Box::new(v)),
@@ -420,7 +536,9 @@ async fn scenario(ctx: &Ctx, command: Command) -> Vec<Scenario> {
                     || text.contains("no initdb/pg_ctl")
                     || text.contains("needs the `postgres` system user")
                     || text.contains("libfaketime not found")
-                    || text.contains("cannot mount a tmpfs");
+                    || text.contains("cannot mount a tmpfs")
+                    || text.contains("cannot run nats-server")
+                    || text.contains("cannot run rabbitmq-server");
                 if missing && !ctx.ci {
                     Ended::Skipped(text)
                 } else {

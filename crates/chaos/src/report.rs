@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::clock::{delta_ms, ms};
-use crate::verdict::Verdict;
+use crate::verdict::{Verdict, copy_at};
 
 /// How one scenario ended.
 #[derive(Debug)]
@@ -150,18 +150,24 @@ fn section(out: &mut String, v: &Verdict, max_rows: usize) {
             v.explained(),
             v.unexplained()
         );
-        out.push_str("| event | first: attempt, process, received -> 2xx | SIGKILL of that process | second: attempt, process, received -> 2xx | judged |\n");
+        out.push_str("| event | first: attempt, process, received -> 2xx (a broker copy: its place) | SIGKILL of that process | second: the same | judged |\n");
         out.push_str("|--:|---|---|---|---|\n");
         let mut doubles: Vec<_> = v.doubles.iter().collect();
         doubles.sort_by_key(|d| (d.explained, d.first.received));
         for d in doubles.iter().take(max_rows) {
-            let kill = match d.kill {
-                Some(k) => format!(
+            let kill = match (d.kill, d.first.stored) {
+                (Some(k), None) => format!(
                     "{} (first's 2xx {} from it)",
                     ms(k.at),
                     delta_ms(d.first.answered, k.at)
                 ),
-                None => "none".to_owned(),
+                (Some(k), Some(s)) if s.timed => format!(
+                    "{} (first stored {} from it)",
+                    ms(k.at),
+                    delta_ms(d.first.received, k.at)
+                ),
+                (Some(k), Some(_)) => ms(k.at),
+                (None, _) => "none".to_owned(),
             };
             let judged = if d.explained {
                 d.why.clone()
@@ -170,16 +176,14 @@ fn section(out: &mut String, v: &Verdict, max_rows: usize) {
             };
             let _ = writeln!(
                 out,
-                "| {} | {}, {}, {} -> {} | {kill} | {}, {}, {} -> {} | {judged} |",
+                "| {} | {}, {}, {} | {kill} | {}, {}, {} | {judged} |",
                 d.event,
                 d.first.attempt,
                 d.first.via,
-                ms(d.first.received),
-                ms(d.first.answered),
+                copy_at(&d.first),
                 d.second.attempt,
                 d.second.via,
-                ms(d.second.received),
-                ms(d.second.answered),
+                copy_at(&d.second),
             );
         }
         if doubles.len() > max_rows {

@@ -134,7 +134,9 @@ impl<'a> Run<'a> {
         self.ctx.clock
     }
 
-    fn env(&self) -> Env {
+    /// Where this run's gateways run and what they need (for a gateway the scenario starts
+    /// itself, outside the load).
+    pub fn env(&self) -> Env {
         Env {
             bin: self.ctx.bin.clone(),
             dir: self.dir.clone(),
@@ -255,20 +257,41 @@ impl<'a> Run<'a> {
         index: u8,
         down_for: Duration,
     ) -> anyhow::Result<(Kill, u64)> {
+        self.kill(index).await?;
+        tokio::time::sleep(down_for).await;
+        self.restart(index).await
+    }
+
+    /// SIGKILL of gateway `index` (in inbox mode, its queue just before goes into the verdict);
+    /// [`Run::restart`] starts it again.
+    ///
+    /// # Errors
+    /// When it was not running.
+    pub async fn kill(&mut self, index: u8) -> anyhow::Result<()> {
         let queue = match self.source.inbox {
             Some(_) => self.queue(index).await,
             None => None,
         };
         let g = self.gateway(index)?;
-        let mut kill = g.kill().await.context("the gateway was not running")?;
+        let kill = g.kill().await.context("the gateway was not running")?;
         self.backlogs.extend(queue);
         let queue = queue
             .map(|q| format!(" (inbox just before: {q})"))
             .unwrap_or_default();
         self.note(format!("SIGKILL {}{queue}", kill.via));
-        tokio::time::sleep(down_for).await;
-        kill.restarted = Some(self.clock().now());
         self.kills.push(kill);
+        Ok(())
+    }
+
+    /// Starts gateway `index` again after [`Run::kill`]; returns the kill and when it was ready.
+    ///
+    /// # Errors
+    /// When it was not killed, or does not start.
+    pub async fn restart(&mut self, index: u8) -> anyhow::Result<(Kill, u64)> {
+        let now = self.clock().now();
+        let kill = self.kills.last_mut().context("no gateway was killed")?;
+        kill.restarted = Some(now);
+        let kill = *kill;
         let g = self.gateway(index)?;
         let ready = g.start().await?;
         let via = g.via();
@@ -299,6 +322,9 @@ impl<'a> Run<'a> {
         let indexes: Vec<u8> = self.gateways.iter().map(|g| g.index).collect();
         let mut last: Option<Queue> = None;
         let mut oldest = 0.0_f64;
+        // A broker destination: the downstream gets nothing, so progress is the queue changing.
+        let broker = self.gateways.iter().any(|g| g.destination.is_some());
+        let mut changed = self.clock().now();
         loop {
             let mut seen = None;
             for &i in &indexes {
@@ -320,14 +346,26 @@ impl<'a> Run<'a> {
                     )));
                     return Ok(());
                 }
+                if last.is_none_or(|l| (l.pending, l.in_flight) != (q.pending, q.in_flight)) {
+                    changed = self.clock().now();
+                }
                 last = Some(q);
             }
-            let stalled = self.downstream.quiet(stall);
+            let stalled = if broker {
+                self.clock().now().saturating_sub(changed) >= stall.as_micros() as u64
+            } else {
+                self.downstream.quiet(stall)
+            };
             if stalled || self.clock().now() >= deadline {
                 let what = last.map_or("no gateway answered /metrics".to_owned(), |q| {
                     format!("the queue showed {q}")
                 });
-                let why = if stalled {
+                let why = if stalled && broker {
+                    format!(
+                        "the queue did not change for {} while it was not empty",
+                        humantime::format_duration(stall)
+                    )
+                } else if stalled {
                     format!(
                         "the downstream got nothing for {} while it was not empty",
                         humantime::format_duration(stall)
@@ -387,6 +425,23 @@ impl<'a> Run<'a> {
     /// # Errors
     /// When the load task failed.
     pub async fn finish(&mut self) -> anyhow::Result<Verdict> {
+        self.halt().await?;
+        let records = self.downstream.records();
+        let delivery = match self.source.inbox {
+            None => Delivery::Forward,
+            Some(_) => Delivery::Inbox {
+                lease_us: InboxSpec::lease(self.source.forward_timeout).as_micros() as u64,
+            },
+        };
+        self.judge(records, delivery).await
+    }
+
+    /// Waits for the load, reads the gateways' metrics and stops them: from then on nothing
+    /// reaches the destination. Idempotent.
+    ///
+    /// # Errors
+    /// When the load task failed.
+    pub async fn halt(&mut self) -> anyhow::Result<()> {
         self.wait_load().await?;
         for g in &self.gateways {
             if g.is_running()
@@ -398,15 +453,23 @@ impl<'a> Run<'a> {
         for g in &mut self.gateways {
             g.stop().await;
         }
+        Ok(())
+    }
+
+    /// Judges what the destination got (`records`: the downstream's requests, or a broker's
+    /// copies) against what the senders heard, once [`Run::halt`] stopped everything. The
+    /// verdict's notes hold the timeline, the answers and what the gateways logged.
+    ///
+    /// # Errors
+    /// When the load has not started.
+    pub async fn judge(
+        &mut self,
+        records: Vec<Processing>,
+        delivery: Delivery<'_>,
+    ) -> anyhow::Result<Verdict> {
         let sent = self.senders()?.take();
-        self.processings = self.downstream.records();
+        self.processings = records;
         self.answers = sent.answers;
-        let delivery = match self.source.inbox {
-            None => Delivery::Forward,
-            Some(_) => Delivery::Inbox {
-                lease_us: InboxSpec::lease(self.source.forward_timeout).as_micros() as u64,
-            },
-        };
         let mut v = verdict::judge(
             self.events,
             &self.processings,
@@ -426,7 +489,21 @@ impl<'a> Run<'a> {
                 .into_iter()
                 .map(|(at, what)| format!("{}: {what}", ms(at))),
         );
-        for k in &self.kills {
+        let broker = self.processings.iter().any(|p| p.stored.is_some());
+        for k in self.kills.iter().filter(|_| broker) {
+            let again = v
+                .doubles
+                .iter()
+                .filter(|d| d.explained && d.kill == Some(*k))
+                .count();
+            v.notes.push(format!(
+                "SIGKILL of {} at {}: {} events it had published were published again by a later process and kept twice by the broker",
+                k.via,
+                ms(k.at),
+                again
+            ));
+        }
+        for k in self.kills.iter().filter(|_| !broker) {
             let mut mid: Vec<u32> = self
                 .processings
                 .iter()

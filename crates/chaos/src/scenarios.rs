@@ -3,15 +3,18 @@
 //!
 //! The scenarios of one fault each, timed (p99 answer time during it, recovery after it), are
 //! in modules of their own: a second start under a live instance name, senders that hang up,
-//! a blackholed PostgreSQL, a full disk and a stepped wall clock.
+//! a blackholed PostgreSQL, a full disk and a stepped wall clock. So are the broker
+//! destinations' (JetStream, RabbitMQ).
 
 mod blackhole;
+mod brokers;
 mod clock_step;
 mod full_disk;
 mod hangup;
 mod second_start;
 
 pub use blackhole::postgres_blackhole;
+pub use brokers::{Broker, kill as broker_kill, restart as broker_restart, short_window};
 pub use clock_step::clock_step;
 pub use full_disk::full_disk;
 pub use hangup::hangup;
@@ -75,7 +78,10 @@ fn slowish() -> Behavior {
 /// `max_age` the 600 s TTL).
 fn inbox_source(concurrency: u32) -> SourceSpec {
     SourceSpec {
-        inbox: Some(InboxSpec { concurrency }),
+        inbox: Some(InboxSpec {
+            concurrency,
+            max_attempts: None,
+        }),
         ..short_lease()
     }
 }

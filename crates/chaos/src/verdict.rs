@@ -25,6 +25,25 @@
 //!   boot held), or after the lease lapsed: not while the killed process's lease still ran;
 //! - it carries `Idemgate-Attempt` 2 or more (the item taken over, not queued afresh).
 //!
+//! A broker destination's copies are counted in the broker itself, once the gateways are
+//! stopped: each message in the JetStream stream or the RabbitMQ queue is one processing.
+//! - JetStream dedups by `Nats-Msg-Id` within the stream's duplicate window, which the scenarios
+//!   size to cover every re-publish: any event stored twice is unexplained, kill or not.
+//! - RabbitMQ keeps no dedup, and its messages carry no time, so a second copy is judged by its
+//!   place in the queue and by what the gateway said. It is explained by a SIGKILL when the copy
+//!   before it was published by a process SIGKILLed later, the second came from another process
+//!   (a later incarnation, or another gateway), it carries a higher `Idemgate-Attempt` (the claim
+//!   or item the first was published under was taken over: never completed, since a completed
+//!   claim is never taken over and a released one starts again at attempt 1), and no sender was
+//!   told `forwarded` for the first's attempt by its process (forward mode). It is explained by
+//!   a confirm lost to a broker stop when the process that published the first had the event in
+//!   hand as the broker went down: in forward mode, a sender was answered 503
+//!   `destination_unavailable` by it for that event, to an attempt sent before the broker was
+//!   gone and answered after its stop began (each such answer explains one second copy at most);
+//!   in inbox mode, its dispatcher logged that very attempt as failed, after the stop began and
+//!   at most the publish timeout (and a second) after the broker was gone, and the second copy
+//!   carries a higher attempt (the item taken again, not queued afresh).
+//!
 //! Anything else processed twice is unexplained, and fails the scenario.
 
 use std::collections::BTreeMap;
@@ -36,12 +55,54 @@ use crate::load::{Answer, Outcome};
 /// How the scenario's source gets events to the downstream: what can explain a second
 /// processing depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
+pub enum Delivery<'a> {
     /// The gateway forwards while the sender waits, and tells the sender how it went.
     Forward,
     /// The gateway queues; its dispatcher delivers under a lease of `lease_us`.
     Inbox { lease_us: u64 },
+    /// The gateway publishes into a JetStream stream deduplicating for `window_us`: nothing
+    /// explains a copy stored twice.
+    Stream { window_us: u64 },
+    /// The gateway publishes into a RabbitMQ queue, which keeps every copy (see the module doc).
+    Queue(QueueEvidence<'a>),
 }
+
+/// What can explain a second copy in a RabbitMQ queue besides a SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueEvidence<'a> {
+    /// The source is in inbox mode: its dispatcher publishes, no sender hears of it.
+    pub inbox: bool,
+    /// Every stop of the broker.
+    pub outages: &'a [Outage],
+    /// Inbox mode: the deliveries the gateways logged as failed.
+    pub failed: &'a [FailedDelivery],
+    /// The publish timeout (`forward_timeout`, `dispatch.timeout`).
+    pub timeout_us: u64,
+}
+
+/// A stop of the broker: when it began (the signal sent), when the broker was gone, and when it
+/// answered again (run microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    pub stop: u64,
+    pub gone: u64,
+    pub back: u64,
+}
+
+/// A delivery from the inbox that a gateway process logged as failed ("delivery failed;
+/// retrying later"): the item is taken again, at a higher attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedDelivery {
+    pub event: u32,
+    pub attempt: u32,
+    pub via: crate::downstream::Via,
+    /// When it was logged (run microseconds).
+    pub at: u64,
+}
+
+/// How long after the broker was gone a failed delivery is still its doing, besides the publish
+/// timeout: the time to notice, log and report it.
+const FAILURE_MARGIN_US: u64 = 1_000_000;
 
 /// An event processed more than once: one of its later processings and the one before it.
 #[derive(Debug, Clone)]
@@ -123,7 +184,11 @@ pub fn history(event: u32, processings: &[Processing], answers: &[Answer]) -> St
             processings
                 .iter()
                 .filter(|p| p.event == event)
-                .map(|p| (p.received, Seen::Got(p))),
+                // A copy without a time (RabbitMQ's) after everything, in queue order.
+                .map(|p| match p.stored {
+                    Some(s) if !s.timed => (u64::MAX, Seen::Got(p)),
+                    _ => (p.received, Seen::Got(p)),
+                }),
         )
         .collect();
     seen.sort_by_key(|(at, _)| *at);
@@ -136,14 +201,22 @@ pub fn history(event: u32, processings: &[Processing], answers: &[Answer]) -> St
     while i < seen.len() {
         match &seen[i].1 {
             Seen::Got(p) => {
-                lines.push(format!(
-                    "downstream got attempt {} from {} at {} -> {} at {}",
-                    p.attempt,
-                    p.via,
-                    ms(p.received),
-                    p.status,
-                    ms(p.answered)
-                ));
+                lines.push(match p.stored {
+                    None => format!(
+                        "downstream got attempt {} from {} at {} -> {} at {}",
+                        p.attempt,
+                        p.via,
+                        ms(p.received),
+                        p.status,
+                        ms(p.answered)
+                    ),
+                    Some(_) => format!(
+                        "broker copy {}: attempt {} from {}",
+                        copy_at(p),
+                        p.attempt,
+                        p.via
+                    ),
+                });
                 i += 1;
             }
             Seen::Sent(a) => {
@@ -191,6 +264,17 @@ pub fn history(event: u32, processings: &[Processing], answers: &[Answer]) -> St
     format!("event {event}: {}", lines.join("; "))
 }
 
+/// Where and when a processing happened, for the tables: `received -> answered` for a request
+/// to the downstream, the position (and the time, when the broker keeps one) for a broker copy.
+pub fn copy_at(p: &Processing) -> String {
+    use crate::clock::ms;
+    match p.stored {
+        None => format!("{} -> {}", ms(p.received), ms(p.answered)),
+        Some(s) if s.timed => format!("#{} stored at {}", s.position, ms(p.received)),
+        Some(s) => format!("#{} in the queue", s.position),
+    }
+}
+
 /// Judges one scenario run.
 pub fn judge(
     events: u32,
@@ -199,7 +283,7 @@ pub fn judge(
     kills: &[Kill],
     unacked: &[u32],
     ttl_us: Option<u64>,
-    delivery: Delivery,
+    delivery: Delivery<'_>,
 ) -> Verdict {
     let mut by_event: Vec<Vec<Processing>> = vec![Vec::new(); events as usize];
     for p in processings.iter().filter(|p| p.processed()) {
@@ -216,20 +300,40 @@ pub fn judge(
         attempts: answers.len(),
         ..Verdict::default()
     };
+    let mut refused: BTreeMap<u32, Vec<Answer>> = BTreeMap::new();
+    for a in answers
+        .iter()
+        .filter(|a| a.outcome == Outcome::DestinationUnavailable)
+    {
+        refused.entry(a.event).or_default().push(*a);
+    }
     for (event, list) in by_event.iter_mut().enumerate() {
         let event = event as u32;
-        list.sort_by_key(|p| (p.received, p.answered));
+        list.sort_by_key(|p| (p.received, p.answered, p.stored.map(|s| s.position)));
         match list.len() {
             0 => verdict.lost.push(event),
             1 => verdict.processed_once += 1,
             _ => {
                 let told = told.get(&event).map_or(&[][..], Vec::as_slice);
+                // Each 503 answered while the broker went down explains one second copy at most.
+                let mut refused = refused.get(&event).cloned().unwrap_or_default();
                 for pair in list.windows(2) {
                     let double = match delivery {
                         Delivery::Forward => classify(event, pair[0], pair[1], kills, told, ttl_us),
                         Delivery::Inbox { lease_us } => {
                             classify_inbox(event, pair[0], pair[1], kills, ttl_us, lease_us)
                         }
+                        Delivery::Stream { window_us } => {
+                            classify_stream(event, pair[0], pair[1], kills, window_us)
+                        }
+                        Delivery::Queue(evidence) => classify_queue(
+                            event,
+                            (pair[0], pair[1]),
+                            kills,
+                            told,
+                            &mut refused,
+                            &evidence,
+                        ),
                     };
                     verdict.doubles.push(double);
                 }
@@ -419,6 +523,199 @@ fn classify_inbox(
     double
 }
 
+/// A JetStream copy stored twice: the stream's duplicate window covers every re-publish the
+/// scenario can make, so the second publish should have been acknowledged as a duplicate.
+fn classify_stream(
+    event: u32,
+    first: Processing,
+    second: Processing,
+    kills: &[Kill],
+    window_us: u64,
+) -> Double {
+    use crate::clock::ms;
+    let mut double = Double::unjudged(event, first, second);
+    double.kill = kills.iter().find(|k| k.via == first.via).copied();
+    let gap = second.received.saturating_sub(first.received);
+    let killed = double.kill.map_or(String::new(), |k| {
+        format!(
+            " (the first was published by {}, SIGKILLed at {})",
+            first.via,
+            ms(k.at)
+        )
+    });
+    double.why = if gap > window_us {
+        format!(
+            "stored twice, {} apart: beyond the stream's duplicate window ({}), which the scenario sized to cover every re-publish{killed}",
+            ms(gap),
+            ms(window_us)
+        )
+    } else {
+        format!(
+            "stored twice, {} apart, within the stream's duplicate window ({}): JetStream should have acknowledged the second publish (same Nats-Msg-Id) as a duplicate{killed}",
+            ms(gap),
+            ms(window_us)
+        )
+    };
+    double
+}
+
+/// When process `via` started: at the run's start for a first incarnation, else when the kill of
+/// its previous incarnation was followed by a restart (as far as the kills say).
+fn started(via: crate::downstream::Via, kills: &[Kill]) -> u64 {
+    kills
+        .iter()
+        .find(|k| k.via.gateway == via.gateway && k.via.incarnation + 1 == via.incarnation)
+        .and_then(|k| k.restarted)
+        .unwrap_or(0)
+}
+
+/// A RabbitMQ copy after another of the same event (in queue order): explained by a SIGKILL of
+/// the process that published the first, or by a confirm lost to a broker stop (see the module
+/// doc). `refused` holds the event's 503 `destination_unavailable` answers not yet used as
+/// evidence.
+fn classify_queue(
+    event: u32,
+    (first, second): (Processing, Processing),
+    kills: &[Kill],
+    told: &[Answer],
+    refused: &mut Vec<Answer>,
+    evidence: &QueueEvidence<'_>,
+) -> Double {
+    use crate::clock::ms;
+    let mut double = Double::unjudged(event, first, second);
+    let kill = kills.iter().find(|k| k.via == first.via).copied();
+    double.kill = kill;
+    // By a SIGKILL.
+    let by_kill = match kill {
+        None => Err(format!(
+            "{} published the first and was never SIGKILLed",
+            first.via
+        )),
+        Some(_) if second.via == first.via => Err(format!(
+            "{} published both: the second came before it was killed",
+            first.via
+        )),
+        Some(_)
+            if second.via.gateway == first.via.gateway
+                && second.via.incarnation < first.via.incarnation =>
+        {
+            Err(format!(
+                "the second came from {}, an earlier process than the first's {}",
+                second.via, first.via
+            ))
+        }
+        Some(_) if second.attempt <= first.attempt => Err(format!(
+            "the second is attempt {}, not above the first's {}: published afresh, not taken over",
+            second.attempt, first.attempt
+        )),
+        Some(k) => {
+            let from = started(first.via, kills);
+            double.told = told
+                .iter()
+                .find(|a| {
+                    !evidence.inbox
+                        && a.gateway == first.via.gateway
+                        && a.attempt == first.attempt
+                        && a.at >= from
+                        && a.at <= k.dead
+                })
+                .copied();
+            match double.told {
+                Some(a) => Err(format!(
+                    "a sender was told `forwarded` (attempt {}) at {}, before {} was killed: the claim was complete",
+                    a.attempt,
+                    ms(a.at),
+                    first.via
+                )),
+                None => Ok(format!(
+                    "published by {}, SIGKILLed at {} before its {} (attempt {}) was completed; taken over and published again at attempt {} by {}",
+                    first.via,
+                    ms(k.at),
+                    if evidence.inbox { "item" } else { "claim" },
+                    first.attempt,
+                    second.attempt,
+                    second.via
+                )),
+            }
+        }
+    };
+    let by_kill = match by_kill {
+        Ok(why) => {
+            double.explained = true;
+            double.why = why;
+            return double;
+        }
+        Err(why) => why,
+    };
+    // By a confirm lost to a broker stop.
+    let by_stop = if evidence.outages.is_empty() {
+        Err("the broker was never stopped".to_owned())
+    } else if evidence.inbox {
+        let until = evidence.timeout_us + FAILURE_MARGIN_US;
+        let failed = evidence.failed.iter().find(|f| {
+            f.event == event
+                && f.attempt == first.attempt
+                && f.via == first.via
+                && evidence
+                    .outages
+                    .iter()
+                    .any(|o| f.at >= o.stop && f.at <= o.gone + until)
+        });
+        match failed {
+            None => Err(format!(
+                "{} logged no failure of attempt {} while the broker went down",
+                first.via, first.attempt
+            )),
+            Some(_) if second.attempt <= first.attempt => Err(format!(
+                "the second is attempt {}, not above the first's {}: queued afresh, not taken again",
+                second.attempt, first.attempt
+            )),
+            Some(f) => Ok(format!(
+                "a confirm lost to the broker's stop: {} logged attempt {} as failed at {}, the item was taken again (attempt {})",
+                first.via,
+                first.attempt,
+                ms(f.at),
+                second.attempt
+            )),
+        }
+    } else {
+        let from = started(first.via, kills);
+        let until = kill.map_or(u64::MAX, |k| k.dead);
+        let found = refused.iter().position(|a| {
+            a.gateway == first.via.gateway
+                && a.sent >= from
+                && a.at <= until
+                && evidence
+                    .outages
+                    .iter()
+                    .any(|o| a.sent <= o.gone && a.at >= o.stop)
+        });
+        match found {
+            None => Err(format!(
+                "no sender was answered 503 destination_unavailable by {} for it to an attempt sent before the broker was gone and answered after its stop began (or each such answer explains another copy)",
+                first.via
+            )),
+            Some(i) => {
+                let a = refused.remove(i);
+                Ok(format!(
+                    "a confirm lost to the broker's stop: an attempt sent to g{} at {} was answered 503 destination_unavailable at {}, as the broker went down; the claim was released and published again",
+                    a.gateway,
+                    ms(a.sent),
+                    ms(a.at)
+                ))
+            }
+        }
+    };
+    match by_stop {
+        Ok(why) => {
+            double.explained = true;
+            double.why = why;
+        }
+        Err(stop) => double.why = format!("{by_kill}; {stop}"),
+    }
+    double
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +736,7 @@ mod tests {
             received,
             answered: received + 10,
             status,
+            stored: None,
         }
     }
 
@@ -656,7 +954,7 @@ mod tests {
         assert_eq!(v.attempts, 2);
     }
 
-    const INBOX: Delivery = Delivery::Inbox { lease_us: 7_000 };
+    const INBOX: Delivery<'static> = Delivery::Inbox { lease_us: 7_000 };
 
     fn restarted_kill(gateway: u8, at: u64, restarted: u64) -> Kill {
         Kill {
