@@ -27,7 +27,9 @@
 //!
 //! Targets: an inbox source's acknowledgements do not depend on its destination (p99 within 1.2x
 //! of the HTTP destination's, same run); the gateway publishes into JetStream at least half as
-//! fast as JetStream takes publishes alone.
+//! fast as JetStream takes publishes alone (out of reach: the gateway's own ceiling is about a
+//! tenth of JetStream's; BENCHMARKS.md restates it as forward into JetStream at least 0.85x
+//! forward over HTTP, same run, which is printed too).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -88,6 +90,9 @@ impl Mode {
 /// The targets.
 const INBOX_P99_OVER_HTTP: f64 = 1.2;
 const OVER_JETSTREAM_ALONE: f64 = 0.5;
+/// The restated target (BENCHMARKS.md, destinations): forward into JetStream at least this
+/// share of forward over HTTP to nginx, same store, same run.
+const JETSTREAM_OVER_HTTP: f64 = 0.85;
 /// Connections the brokers' own callers share.
 const BROKER_CONNECTIONS: usize = 4;
 /// How long each broker alone is measured.
@@ -771,6 +776,21 @@ fn report(args: &Args, rows: &[Row], alone: &[Alone], http: bool) -> anyhow::Res
                 rate / js.per_sec,
                 js.per_sec,
                 mark(rate / js.per_sec >= OVER_JETSTREAM_ALONE)
+            );
+        }
+        if r.destination == Destination::Nats
+            && r.mode == Mode::Forward
+            && let Some(base) = rows.iter().find(|b| {
+                b.store == r.store && b.mode == Mode::Forward && b.destination == Destination::Http
+            })
+        {
+            let ratio = r.rps / base.rps.max(1e-9);
+            println!(
+                "{}, forward to JetStream: {:.0} acked/s, {ratio:.2}x forward over HTTP ({:.0}/s); restated target at least {JETSTREAM_OVER_HTTP}x: {}",
+                r.store,
+                r.rps,
+                base.rps,
+                mark(ratio >= JETSTREAM_OVER_HTTP)
             );
         }
     }
