@@ -325,21 +325,69 @@ pub(crate) async fn lookup(
     source: SourceName,
     event_id: EventId,
     json: bool,
+    archive: Option<&str>,
 ) -> anyhow::Result<()> {
     use idemgate_core::inbox::Inbox;
     let (store, name) = open(args, None).await?;
     let key = Key::new(source.clone(), event_id);
-    let view = store.lookup(&key).await?;
+    let mut view = store.lookup(&key).await?;
     let queued = store.queued(&key).await?;
+    // Nothing in the store: its history may have been archived and dropped.
+    let mut found_in = "store";
+    let mut archived = None;
+    if view.record.is_none() && view.history.is_empty() {
+        let config = config(args, None)?;
+        if archive.is_some() || config.history.archive.is_some() {
+            let settings = crate::history::archive_config(&config, archive, "--archive")?;
+            let opened =
+                idemgate_archive::Archive::open(&settings).map_err(|e| Usage(e.to_string()))?;
+            let found = opened.lookup(&source, key.event_id.as_str(), None).await?;
+            if !found.rows.is_empty() {
+                view.history = found.rows.iter().filter_map(|r| r.entry()).collect();
+                found_in = "archive";
+            }
+            archived = Some((opened.url().to_owned(), found));
+        }
+    }
     // An event nobody ever saw: is the source itself unknown here (a typo, another store)?
-    let known =
-        view.record.is_some() || !view.history.is_empty() || store.has_source(&source).await?;
+    let known = view.record.is_some()
+        || !view.history.is_empty()
+        || store.has_source(&source).await?
+        || archived.as_ref().is_some_and(|(_, f)| f.days > 0);
     let report = idemgate::EventReport::new(&view, &queued);
     if json {
         let mut doc = json!(report);
         doc["source_known"] = json!(known);
+        doc["found_in"] = json!(if view.history.is_empty() && view.record.is_none() {
+            "nowhere"
+        } else {
+            found_in
+        });
+        if let Some((url, found)) = &archived {
+            doc["archive"] = json!({
+                "url": url,
+                "rows": found.rows.len(),
+                "days_read": found.days,
+                "files_read": found.files,
+                "row_groups_read": found.groups,
+            });
+        }
         outln!("{doc}");
         return Ok(());
+    }
+    if let Some((url, found)) = &archived {
+        if found.rows.is_empty() {
+            outln!(
+                "not in {name}, nor in the archive {url} ({} days of source {source} searched)",
+                found.days
+            );
+        } else {
+            outln!(
+                "from the archive {url}: {name} holds nothing of this event any more ({} rows found, {} days searched)",
+                found.rows.len(),
+                found.days
+            );
+        }
     }
     if !known {
         return Err(Usage(format!(

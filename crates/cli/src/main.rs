@@ -12,6 +12,7 @@ macro_rules! outln {
 mod advise;
 mod check;
 mod data;
+mod history;
 mod inbox;
 mod plot;
 mod send;
@@ -97,7 +98,10 @@ enum Command {
     /// Inbox mode: move dead letters back to the queue with a fresh attempt budget, each
     /// recorded in history with its reason.
     Replay(inbox::ReplayArgs),
-    /// Show the dedup record and the history of one event.
+    /// History beyond the store: `history export` writes it into the archive.
+    History(history::HistoryArgs),
+    /// Show the dedup record and the history of one event; an event the store has nothing of
+    /// is looked for in the history archive (`[history.archive]` or `--archive`).
     Lookup {
         #[command(flatten)]
         store: StoreArgs,
@@ -110,6 +114,10 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The history archive to search when the store has nothing of the event:
+        /// file:///path or s3://bucket/prefix [default: the config's `[history.archive]`].
+        #[arg(long)]
+        archive: Option<String>,
     },
 }
 
@@ -303,12 +311,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Command::Inbox(args) => inbox::inbox(&args).await,
                     Command::DeadLetters(args) => inbox::dead_letters(&args).await,
                     Command::Replay(args) => inbox::replay(&args).await,
+                    Command::History(args) => history::history(args).await,
                     Command::Lookup {
                         store,
                         source,
                         event_id,
                         json,
-                    } => data::lookup(&store, source, event_id, json).await,
+                        archive,
+                    } => data::lookup(&store, source, event_id, json, archive.as_deref()).await,
                     Command::Ttl(_) | Command::Providers { .. } | Command::Completions { .. } => {
                         unreachable!("handled above")
                     }

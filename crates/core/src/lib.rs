@@ -50,7 +50,8 @@ pub use memory::MemoryStore;
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
-    Boot, BootRequest, ClaimStore, HistoryQuery, HistoryRetention, Identity, Instances, LiveBoot,
-    Recent, SourceStats, Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
+    Boot, BootRequest, ClaimStore, HistoryCursor, HistoryDay, HistoryDays, HistoryExport,
+    HistoryQuery, HistoryRetention, HistoryRow, Identity, Instances, LiveBoot, Recent, SourceStats,
+    Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 pub use time::{Clock, Human, ManualClock, SteadyClock, SystemClock, Timestamp};

@@ -4,6 +4,7 @@
 //! records), [`Stats`] and [`Timeline`] (deliveries over time) are separate: an engine implements
 //! them where they make sense (Redis expires keys itself and needs no sweeper). [`Identity`] names the store (its schema, not the
 //! process), and [`Instances`] lets a restarted gateway free the claims its previous boot held.
+//! [`HistoryExport`] reads history out in bulk, for the archive.
 //!
 //! All traits use native `async fn` in traits with `Send` futures; where the engine is chosen at
 //! run time, callers wrap the engines in an enum.
@@ -13,7 +14,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Holder};
-use crate::key::{InstanceName, Key, SourceName};
+use crate::key::{EventId, InstanceName, Key, SourceName};
 use crate::time::Timestamp;
 
 pub use crate::error::StoreError;
@@ -397,4 +398,75 @@ pub trait Timeline: Send + Sync {
         bucket_secs: NonZeroU32,
         buckets: NonZeroU32,
     ) -> impl Future<Output = Result<TimelineCounts, StoreError>> + Send;
+}
+
+/// One source's history of one UTC day, as a store counts it: what an export writes as one
+/// archive directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryDay {
+    pub source: SourceName,
+    /// Midnight (UTC) starting the day.
+    pub start: Timestamp,
+    pub rows: u64,
+    /// The store's name for where the rows live (PostgreSQL: the month's partition; SQLite:
+    /// `sqlite`): it goes into the archive's file names.
+    pub partition: String,
+}
+
+/// Every (source, day) with history rows in a time range, and the store's now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryDays {
+    /// The store's now when it counted (a day that holds it is still open).
+    pub now: Timestamp,
+    /// Oldest first, then by source.
+    pub days: Vec<HistoryDay>,
+}
+
+/// Where a page of [`HistoryExport::history_rows`] ended: the next page starts after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HistoryCursor {
+    /// The row's time in the store's own resolution (SQLite: milliseconds; PostgreSQL:
+    /// microseconds since the epoch): opaque to callers.
+    pub position: i64,
+    /// The row's id in the store (ties on `position` are broken by it).
+    pub id: i64,
+}
+
+/// A history row with its key, as an export reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRow {
+    pub source: SourceName,
+    pub event_id: EventId,
+    pub entry: crate::claim::HistoryEntry,
+    pub cursor: HistoryCursor,
+}
+
+/// Reading history out in bulk, for the archive: the days that hold rows, and a day's rows in
+/// pages, in a stable order (time, then id) so an export run twice writes the same files.
+pub trait HistoryExport: Send + Sync {
+    /// Each (source, UTC day) with history rows received in `[since, until)`, counted, with the
+    /// store's now. `source` narrows it to one source.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn history_days(
+        &self,
+        source: Option<&SourceName>,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> impl Future<Output = Result<HistoryDays, StoreError>> + Send;
+
+    /// Up to `limit` of `source`'s rows received in `[from, until)`, ordered by time then id,
+    /// after `after` (from the first when `None`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn history_rows(
+        &self,
+        source: &SourceName,
+        from: Timestamp,
+        until: Timestamp,
+        after: Option<HistoryCursor>,
+        limit: NonZeroU32,
+    ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send;
 }

@@ -746,6 +746,90 @@ impl HistoryRetention for AnyStore {
     }
 }
 
+impl idemgate_core::HistoryExport for Engine {
+    async fn history_days(
+        &self,
+        source: Option<&SourceName>,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<idemgate_core::HistoryDays, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.history_days(source, since, until).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.history_days(source, since, until).await,
+            other => Err(no_export(other)),
+        }
+    }
+
+    async fn history_rows(
+        &self,
+        source: &SourceName,
+        from: Timestamp,
+        until: Timestamp,
+        after: Option<idemgate_core::HistoryCursor>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.history_rows(source, from, until, after, limit).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.history_rows(source, from, until, after, limit).await,
+            other => Err(no_export(other)),
+        }
+    }
+}
+
+/// The engines whose history cannot be archived say so.
+fn no_export(engine: &Engine) -> StoreError {
+    let which = match engine {
+        Engine::Memory(_) => "the in-memory store",
+        #[cfg(feature = "redis")]
+        Engine::Redis(_) => "the Redis store",
+        #[allow(unreachable_patterns)]
+        _ => "this store",
+    };
+    StoreError::NoStore {
+        what: format!(
+            "{which} cannot export its history to an archive: history archives come from SQLite or PostgreSQL"
+        ),
+    }
+}
+
+impl idemgate_core::HistoryExport for AnyStore {
+    async fn history_days(
+        &self,
+        source: Option<&SourceName>,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<idemgate_core::HistoryDays, StoreError> {
+        match self {
+            Self::Plain(s) => s.history_days(source, since, until).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.inner().history_days(source, since, until).await,
+        }
+    }
+
+    async fn history_rows(
+        &self,
+        source: &SourceName,
+        from: Timestamp,
+        until: Timestamp,
+        after: Option<idemgate_core::HistoryCursor>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
+        match self {
+            Self::Plain(s) => s.history_rows(source, from, until, after, limit).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => {
+                s.inner()
+                    .history_rows(source, from, until, after, limit)
+                    .await
+            }
+        }
+    }
+}
+
 /// A `[store.redis]` setting that cannot work, as the other settings' errors are.
 #[cfg(feature = "redis")]
 fn redis_config_error(e: idemgate_redis::ConfigError) -> OpenError {

@@ -458,6 +458,90 @@ impl HistoryQuery for PgStore {
     }
 }
 
+impl idemgate_core::HistoryExport for PgStore {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn history_days(
+        &self,
+        source: Option<&SourceName>,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<idemgate_core::HistoryDays, StoreError> {
+        const CONTEXT: &str = "counting history per day";
+        let client = self.inner.db.client().await?;
+        let source = source.map(SourceName::as_str);
+        let now = client
+            .query_one("SELECT epoch_ms(now()) AS now_ms", &[])
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let now = Timestamp::from_millis(row::get(&now, "now_ms", CONTEXT)?);
+        let rows = client
+            .query(
+                include_str!("../sql/history_days.sql"),
+                &[&since.as_millis(), &until.as_millis(), &source],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let mut days = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let name: &str = row::get(r, "source", CONTEXT)?;
+            days.push(idemgate_core::HistoryDay {
+                source: SourceName::new(name)
+                    .map_err(|e| row::unexpected(CONTEXT, e.to_string()))?,
+                start: Timestamp::from_millis(row::get(r, "day_ms", CONTEXT)?),
+                rows: u64::try_from(row::get::<i64>(r, "n", CONTEXT)?).unwrap_or(0),
+                partition: row::get::<&str>(r, "partition", CONTEXT)?.to_owned(),
+            });
+        }
+        Ok(idemgate_core::HistoryDays { now, days })
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %source))]
+    async fn history_rows(
+        &self,
+        source: &SourceName,
+        from: Timestamp,
+        until: Timestamp,
+        after: Option<idemgate_core::HistoryCursor>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
+        const CONTEXT: &str = "reading history rows";
+        let client = self.inner.db.client().await?;
+        let after = after.unwrap_or(idemgate_core::HistoryCursor {
+            position: from.as_millis().saturating_mul(1000),
+            id: i64::MIN,
+        });
+        let rows = client
+            .query(
+                include_str!("../sql/history_rows.sql"),
+                &[
+                    &source.as_str(),
+                    &from.as_millis(),
+                    &until.as_millis(),
+                    &after.position,
+                    &after.id,
+                    &i64::from(limit.get()),
+                ],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let event_id: &str = row::get(r, "event_id", CONTEXT)?;
+            out.push(idemgate_core::HistoryRow {
+                source: source.clone(),
+                event_id: idemgate_core::EventId::new(event_id)
+                    .map_err(|e| row::unexpected(CONTEXT, e.to_string()))?,
+                entry: row::history_entry_of(r, CONTEXT)?,
+                cursor: idemgate_core::HistoryCursor {
+                    position: row::get(r, "position", CONTEXT)?,
+                    id: row::get(r, "id", CONTEXT)?,
+                },
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl Timeline for PgStore {
     #[tracing::instrument(level = "debug", skip_all, fields(source = %source))]
     async fn recent(

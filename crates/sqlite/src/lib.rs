@@ -581,6 +581,115 @@ impl HistoryQuery for SqliteStore {
     }
 }
 
+impl idemgate_core::HistoryExport for SqliteStore {
+    #[tracing::instrument(name = "sqlite_history_days", level = "debug", skip(self))]
+    async fn history_days(
+        &self,
+        source: Option<&SourceName>,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<idemgate_core::HistoryDays, StoreError> {
+        let source = source.map(|s| s.as_str().to_owned());
+        self.read(move |conn, now| {
+            let failed = || sql("cannot count history per day");
+            // Walks history_by_time over the range; one group per source and UTC day.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT source, received_at - (received_at % 86400000) AS day, count(*) \
+                     FROM history \
+                     WHERE received_at >= ?1 AND received_at < ?2 AND (?3 IS NULL OR source = ?3) \
+                     GROUP BY day, source ORDER BY day, source",
+                )
+                .map_err(failed())?;
+            let mut rows = stmt
+                .query(params![since.as_millis(), until.as_millis(), source])
+                .map_err(failed())?;
+            let mut days = Vec::new();
+            while let Some(row) = rows.next().map_err(failed())? {
+                let source: String = row.get(0).map_err(failed())?;
+                let n: i64 = row.get(2).map_err(failed())?;
+                days.push(idemgate_core::HistoryDay {
+                    source: SourceName::new(source.clone())
+                        .map_err(|_| unreadable(0, "history source", source))
+                        .map_err(failed())?,
+                    start: Timestamp::from_millis(row.get(1).map_err(failed())?),
+                    rows: n.max(0) as u64,
+                    partition: "sqlite".to_owned(),
+                });
+            }
+            Ok(idemgate_core::HistoryDays { now, days })
+        })
+        .await
+    }
+
+    #[tracing::instrument(name = "sqlite_history_rows", level = "debug", skip(self))]
+    async fn history_rows(
+        &self,
+        source: &SourceName,
+        from: Timestamp,
+        until: Timestamp,
+        after: Option<idemgate_core::HistoryCursor>,
+        limit: NonZeroU32,
+    ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
+        let source = source.clone();
+        self.read(move |conn, _| {
+            let failed = || sql("cannot read history rows");
+            let (after_at, after_id) = after.map_or((i64::MIN, i64::MIN), |c| (c.position, c.id));
+            // history_by_source_time gives (source, received_at) order; ties by id.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT event_id, outcome, attempt, received_at, gap_ms, fingerprint, processed, note, id \
+                     FROM history \
+                     WHERE source = ?1 AND received_at >= ?2 AND received_at < ?3 \
+                       AND (received_at > ?4 OR (received_at = ?4 AND id > ?5)) \
+                     ORDER BY received_at, id LIMIT ?6",
+                )
+                .map_err(failed())?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        source.as_str(),
+                        from.as_millis(),
+                        until.as_millis(),
+                        after_at,
+                        after_id,
+                        limit.get()
+                    ],
+                    |row| {
+                        let event_id: String = row.get(0)?;
+                        let outcome: String = row.get(1)?;
+                        let at = Timestamp::from_millis(row.get(3)?);
+                        Ok(idemgate_core::HistoryRow {
+                            source: source.clone(),
+                            event_id: idemgate_core::EventId::new(event_id.clone())
+                                .map_err(|_| unreadable(0, "history event id", event_id))?,
+                            entry: HistoryEntry {
+                                outcome: HistoryOutcome::parse(&outcome)
+                                    .ok_or_else(|| unreadable(1, "history outcome", outcome.clone()))?,
+                                processed: row.get(6)?,
+                                attempt: row.get(2)?,
+                                at,
+                                gap: row
+                                    .get::<_, Option<i64>>(4)?
+                                    .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
+                                fingerprint: fingerprint_at(row, 5)?,
+                                note: row.get(7)?,
+                            },
+                            cursor: idemgate_core::HistoryCursor {
+                                position: at.as_millis(),
+                                id: row.get(8)?,
+                            },
+                        })
+                    },
+                )
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(failed())?;
+            Ok(rows)
+        })
+        .await
+    }
+}
+
 impl Timeline for SqliteStore {
     #[tracing::instrument(name = "sqlite_recent", level = "debug", skip(self))]
     async fn recent(

@@ -131,10 +131,21 @@ pub struct Config {
     pub dashboard_token: Option<String>,
     #[serde(default)]
     pub store: StoreConfig,
+    /// History beyond the store: `[history.archive]`.
+    #[serde(default)]
+    pub history: HistoryConfig,
     #[serde(default)]
     pub limits: Limits,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+}
+
+/// `[history]`: what happens to history beyond the store's own retention.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Where history is exported before the retention job drops it (`[history.archive]`).
+    pub archive: Option<idemgate_archive::ArchiveConfig>,
 }
 
 fn default_window_audit_interval() -> Duration {
@@ -1092,6 +1103,20 @@ impl Config {
                     Human(self.window_audit_interval)
                 ),
             });
+        }
+        if let Some(archive) = &self.history.archive {
+            if let Err(e) = archive.location() {
+                problems.push(ConfigError::Parse(e.to_string()));
+            }
+            if self.store.kind == StoreKind::Redis {
+                problems.push(ConfigError::Global {
+                    key: "history.archive",
+                    why: format!(
+                        "the {} store keeps no history to archive: history archives come from SQLite or PostgreSQL",
+                        self.store.kind.name()
+                    ),
+                });
+            }
         }
         for (key, d) in [
             ("limits.request_timeout", self.limits.request_timeout),
