@@ -51,7 +51,7 @@ pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{
     Boot, BootRequest, ClaimStore, HistoryCursor, HistoryDay, HistoryDays, HistoryExport,
-    HistoryQuery, HistoryRetention, HistoryRow, Identity, Instances, LiveBoot, Recent, SourceStats,
-    Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
+    HistoryQuery, HistoryRetention, HistoryRow, Identity, Instances, LiveBoot, Recent,
+    RetentionUnit, SourceStats, Stats, StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 pub use time::{Clock, Human, ManualClock, SteadyClock, SystemClock, Timestamp};

@@ -441,8 +441,19 @@ pub struct HistoryRow {
     pub cursor: HistoryCursor,
 }
 
+/// What a store's history retention removes at once: a time range of every source's history
+/// (PostgreSQL: a month's partition; SQLite: a UTC day).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionUnit {
+    /// The store's name for it (`history_2026_01`, `2026-01-31`).
+    pub name: String,
+    pub from: Timestamp,
+    pub until: Timestamp,
+}
+
 /// Reading history out in bulk, for the archive: the days that hold rows, and a day's rows in
-/// pages, in a stable order (time, then id) so an export run twice writes the same files.
+/// pages, in a stable order (time, then id) so an export run twice writes the same files. And
+/// history's retention, one unit at a time, for a caller that archives each before it goes.
 pub trait HistoryExport: Send + Sync {
     /// Each (source, UTC day) with history rows received in `[since, until)`, counted, with the
     /// store's now. `source` narrows it to one source.
@@ -469,4 +480,27 @@ pub trait HistoryExport: Send + Sync {
         after: Option<HistoryCursor>,
         limit: NonZeroU32,
     ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send;
+
+    /// The units of history wholly older than `retention` (by the store's clock) that still
+    /// hold rows, oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn history_past(
+        &self,
+        retention: Duration,
+    ) -> impl Future<Output = Result<Vec<RetentionUnit>, StoreError>> + Send;
+
+    /// Removes `unit`'s rows: the whole partition at once (PostgreSQL), or at most `batch` rows
+    /// (SQLite: call again until it answers 0). Callers go oldest first; the rows of every
+    /// earlier unit may go with it. Nothing newer than `retention` is ever removed.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn drop_history(
+        &self,
+        unit: &RetentionUnit,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

@@ -111,6 +111,20 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     // The broker destinations' window audits, as the dashboard shows them: a window shorter
     // than its source needs (or not known: the broker did not answer) is degraded, naming the
     // source.
+    if let Some(archive) = crate::health::archive(&state) {
+        warned |= archive.level != Level::Ok;
+        components.push(Component {
+            name: "archive",
+            engine: None,
+            status: if archive.level == Level::Ok {
+                "ok"
+            } else {
+                "holding"
+            },
+            ms: 0.0,
+            error: (archive.level != Level::Ok).then_some(archive.why),
+        });
+    }
     if let Some(windows) = crate::health::destinations(&state) {
         warned |= windows.level != Level::Ok;
         components.push(Component {
@@ -374,7 +388,11 @@ pub(crate) fn spawn_history_retention(
         loop {
             let started = Instant::now();
             let mut rows = 0u64;
-            loop {
+            // With an archive, history leaves only once the archive holds it.
+            if let Some(archiving) = &state.archiving {
+                crate::archiving::run(&state, archiving, retention).await;
+            }
+            while state.archiving.is_none() {
                 match state.store.purge_history(retention, BATCH).await {
                     Ok(0) => break,
                     Ok(n) => rows += n,

@@ -105,6 +105,37 @@ pub(crate) fn dispatchers(state: &AppState) -> Verdict {
     }
 }
 
+/// The history archive (`[history.archive]`): a retention run held back (the archive
+/// unreachable, a count that differs) is a warning: nothing is lost, but history stays in the
+/// database past its retention. `None` without an archive.
+pub(crate) fn archive(state: &AppState) -> Option<Verdict> {
+    let archiving = state.archiving.as_ref()?;
+    let status = archiving.status();
+    Some(match status.holding {
+        Some(why) => Verdict {
+            level: Level::Warn,
+            why: format!("history is kept in the database past its retention: {why}"),
+        },
+        None if !status.ran => Verdict {
+            level: Level::Ok,
+            why: format!("history goes to {} (no retention run yet)", archiving.url()),
+        },
+        None => Verdict {
+            level: Level::Ok,
+            why: format!(
+                "history goes to {}; every closed day through {} is there ({} days, {} rows exported by this process; {} retention units dropped once archived)",
+                archiving.url(),
+                status
+                    .through
+                    .map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                status.exported_days,
+                status.exported_rows,
+                status.dropped
+            ),
+        },
+    })
+}
+
 /// The broker destinations' window audits ([`crate::audit`]): a window shorter than its source
 /// needs, or not known yet (the broker did not answer), is a warning; a destination that cannot
 /// work as configured (its stream or exchange gone) is bad. `None` when no source publishes to a

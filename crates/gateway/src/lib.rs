@@ -49,6 +49,7 @@ pub mod outcome;
 pub mod allow;
 
 mod admin;
+mod archiving;
 mod batch;
 mod budget;
 mod destination;

@@ -139,6 +139,8 @@ pub struct Inner {
     pub(crate) trusted_proxies: Arc<[crate::allow::Cidr]>,
     /// The SQLite data directory's serve lock, held while this gateway runs ([`crate::open`]).
     pub(crate) data_lock: Mutex<Option<std::fs::File>>,
+    /// `[history.archive]`: where history goes before retention drops it, and how that went.
+    pub(crate) archiving: Option<crate::archiving::Archiving>,
 }
 
 impl std::ops::Deref for AppState {
@@ -252,6 +254,11 @@ impl AppState {
             dispatchers: crate::dispatch::Running::default(),
             trusted_proxies: config.trusted_proxies().into(),
             data_lock: Mutex::default(),
+            archiving: config
+                .history
+                .archive
+                .as_ref()
+                .map(crate::archiving::Archiving::new),
             body_budget: crate::budget::BodyBudget::new(config.limits.body_budget(&config.sources)),
             sources,
             dedup: dedup.build(),

@@ -90,6 +90,12 @@ pub struct StoreConfig {
     /// How often history past its retention is removed.
     #[serde(default = "default_history_interval", with = "humantime_serde")]
     pub history_interval: Duration,
+    /// History goes to an archive (`[history.archive]`) before it is dropped: the store then
+    /// never drops history on its own (PostgreSQL's sweep keeps history partitions), and the
+    /// gateway's retention job removes each day or partition only once the archive holds it.
+    /// Set from the gateway's configuration, not written in `[store]`.
+    #[serde(skip)]
+    pub history_archived: bool,
 }
 
 impl StoreConfig {
@@ -141,6 +147,7 @@ impl Default for StoreConfig {
             sweep_interval: default_sweep_interval(),
             history_retention: default_history_retention(),
             history_interval: default_history_interval(),
+            history_archived: false,
         }
     }
 }

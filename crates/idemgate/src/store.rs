@@ -397,6 +397,7 @@ pub(crate) fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
         &config.postgres,
     );
     pg.history_retention = config.history_retention;
+    pg.history_archived = config.history_archived;
     pg
 }
 
@@ -778,6 +779,34 @@ impl idemgate_core::HistoryExport for Engine {
             other => Err(no_export(other)),
         }
     }
+
+    async fn history_past(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.history_past(retention).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.history_past(retention).await,
+            other => Err(no_export(other)),
+        }
+    }
+
+    async fn drop_history(
+        &self,
+        unit: &idemgate_core::RetentionUnit,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(s) => s.drop_history(unit, retention, batch).await,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => s.drop_history(unit, retention, batch).await,
+            other => Err(no_export(other)),
+        }
+    }
 }
 
 /// The engines whose history cannot be archived say so.
@@ -826,6 +855,30 @@ impl idemgate_core::HistoryExport for AnyStore {
                     .history_rows(source, from, until, after, limit)
                     .await
             }
+        }
+    }
+
+    async fn history_past(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
+        match self {
+            Self::Plain(s) => s.history_past(retention).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.inner().history_past(retention).await,
+        }
+    }
+
+    async fn drop_history(
+        &self,
+        unit: &idemgate_core::RetentionUnit,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        match self {
+            Self::Plain(s) => s.drop_history(unit, retention, batch).await,
+            #[cfg(feature = "redis")]
+            Self::Tiered(s) => s.inner().drop_history(unit, retention, batch).await,
         }
     }
 }

@@ -184,6 +184,10 @@ pub struct PgConfig {
     pub sweep_pacing: Pacing,
     /// How long history is kept before its monthly partition is dropped. Default 400 days.
     pub history_retention: Duration,
+    /// History is archived before it is dropped: sweep runs keep history partitions, and
+    /// [`HistoryExport::drop_history`](idemgate_core::HistoryExport::drop_history) drops each once
+    /// the archive holds it. Default false.
+    pub history_archived: bool,
 }
 
 impl PgConfig {
@@ -205,6 +209,7 @@ impl PgConfig {
             expiry: settings.expiry(),
             sweep_pacing: settings.sweep_pacing,
             history_retention: Duration::from_secs(400 * 86_400),
+            history_archived: false,
         }
     }
 

@@ -152,7 +152,8 @@ impl Db {
         let dropped = self
             .partition_ddl(
                 DROP_PARTITIONS,
-                &[&millis(self.cfg.history_retention)],
+                // Archived history is dropped by the retention job, once the archive holds it.
+                &[&(!self.cfg.history_archived).then(|| millis(self.cfg.history_retention))],
                 "dropped",
                 CONTEXT,
             )
@@ -161,6 +162,80 @@ impl Db {
             tracing::info!(schema = %self.cfg.schema, ?dropped, "dropped partitions");
         }
         Ok(dropped)
+    }
+
+    /// History's partitions wholly past the retention, oldest first.
+    pub(crate) async fn history_past(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<idemgate_core::RetentionUnit>, PgError> {
+        const CONTEXT: &str = "listing history partitions past the retention";
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                include_str!("../sql/history_past.sql"),
+                &[&millis(retention)],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        rows.iter()
+            .map(|r| {
+                Ok(idemgate_core::RetentionUnit {
+                    name: row::get::<String>(r, "name", CONTEXT)?,
+                    from: idemgate_core::Timestamp::from_millis(row::get(r, "from_ms", CONTEXT)?),
+                    until: idemgate_core::Timestamp::from_millis(row::get(r, "until_ms", CONTEXT)?),
+                })
+            })
+            .collect()
+    }
+
+    /// Drops history partition `name` if it is one and wholly past `retention` (checked under
+    /// the partition lock, in the transaction that drops it); the rows it held.
+    pub(crate) async fn drop_history_partition(
+        &self,
+        name: &str,
+        retention: Duration,
+    ) -> Result<u64, PgError> {
+        const CONTEXT: &str = "dropping an archived history partition";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(PgError::db(CONTEXT))?;
+        tx.batch_execute(DDL_LOCK_TIMEOUT)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('idemgate:partitions:' || current_schema(), 0))",
+            &[],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+        let past = tx
+            .query(
+                include_str!("../sql/history_past.sql"),
+                &[&millis(retention)],
+            )
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let known = past
+            .iter()
+            .any(|r| r.try_get::<_, String>("name").is_ok_and(|n| n == name));
+        if !known {
+            return Ok(0);
+        }
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        tx.batch_execute("SET LOCAL enable_seqscan = on")
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let n: i64 = tx
+            .query_one(&format!("SELECT count(*) AS n FROM {quoted}"), &[])
+            .await
+            .map_err(PgError::db(CONTEXT))?
+            .get("n");
+        tx.batch_execute(&format!("DROP TABLE {quoted}"))
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        tx.commit().await.map_err(PgError::db(CONTEXT))?;
+        tracing::info!(schema = %self.cfg.schema, partition = name, rows = n, "dropped an archived history partition");
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// Runs one partition function in its own transaction under [`DDL_LOCK_TIMEOUT`]; the

@@ -469,18 +469,27 @@ impl idemgate_core::HistoryExport for PgStore {
         const CONTEXT: &str = "counting history per day";
         let client = self.inner.db.client().await?;
         let source = source.map(SourceName::as_str);
-        let now = client
-            .query_one("SELECT epoch_ms(now()) AS now_ms", &[])
-            .await
-            .map_err(PgError::db(CONTEXT))?;
+        let mut client = client;
+        // A count over the range: a scan serves it better than the hot path's index lookups.
+        let (since, until) = (since.as_millis(), until.as_millis());
+        let mut out = crate::db::reporting(
+            &mut client,
+            &[
+                ("SELECT epoch_ms(now()) AS now_ms", &[]),
+                (
+                    include_str!("../sql/history_days.sql"),
+                    &[&since, &until, &source],
+                ),
+            ],
+        )
+        .await
+        .map_err(PgError::db(CONTEXT))?;
+        let rows = out.pop().unwrap_or_default();
+        let now = out
+            .pop()
+            .and_then(|r| r.into_iter().next())
+            .ok_or_else(|| row::unexpected(CONTEXT, "no now".to_owned()))?;
         let now = Timestamp::from_millis(row::get(&now, "now_ms", CONTEXT)?);
-        let rows = client
-            .query(
-                include_str!("../sql/history_days.sql"),
-                &[&since.as_millis(), &until.as_millis(), &source],
-            )
-            .await
-            .map_err(PgError::db(CONTEXT))?;
         let mut days = Vec::with_capacity(rows.len());
         for r in &rows {
             let name: &str = row::get(r, "source", CONTEXT)?;
@@ -539,6 +548,26 @@ impl idemgate_core::HistoryExport for PgStore {
             });
         }
         Ok(out)
+    }
+
+    async fn history_past(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
+        Ok(self.inner.db.history_past(retention).await?)
+    }
+
+    async fn drop_history(
+        &self,
+        unit: &idemgate_core::RetentionUnit,
+        retention: Duration,
+        _batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .inner
+            .db
+            .drop_history_partition(&unit.name, retention)
+            .await?)
     }
 }
 

@@ -688,6 +688,48 @@ impl idemgate_core::HistoryExport for SqliteStore {
         })
         .await
     }
+
+    #[tracing::instrument(name = "sqlite_history_past", level = "debug", skip(self))]
+    async fn history_past(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
+        self.read(move |conn, now| {
+            const DAY: i64 = 86_400_000;
+            // The oldest row, off history_by_time.
+            let oldest: Option<i64> = conn
+                .query_row("SELECT min(received_at) FROM history", [], |r| r.get(0))
+                .map_err(sql("cannot read the oldest history row"))?;
+            let cutoff = now.minus(retention).as_millis();
+            let mut units = Vec::new();
+            let Some(oldest) = oldest else {
+                return Ok(units);
+            };
+            let mut day = oldest.div_euclid(DAY) * DAY;
+            while day + DAY <= cutoff {
+                let from = Timestamp::from_millis(day);
+                units.push(idemgate_core::RetentionUnit {
+                    name: from.to_string()[..10].to_owned(),
+                    from,
+                    until: Timestamp::from_millis(day + DAY),
+                });
+                day += DAY;
+            }
+            Ok(units)
+        })
+        .await
+    }
+
+    async fn drop_history(
+        &self,
+        unit: &idemgate_core::RetentionUnit,
+        retention: Duration,
+        batch: NonZeroU32,
+    ) -> Result<u64, StoreError> {
+        let before = unit.until;
+        self.send(|reply| Command::PurgeHistory(retention, Some(before), batch, reply))
+            .await
+    }
 }
 
 impl Timeline for SqliteStore {
@@ -770,7 +812,7 @@ impl HistoryRetention for SqliteStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        self.send(|reply| Command::PurgeHistory(retention, batch, reply))
+        self.send(|reply| Command::PurgeHistory(retention, None, batch, reply))
             .await
     }
 }

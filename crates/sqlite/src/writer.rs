@@ -76,7 +76,9 @@ pub(crate) enum Command {
     Heartbeat(Holder, Option<Duration>, Reply<Timestamp>),
     Sweep(NonZeroU32, Reply<u64>),
     /// Delete history older than the retention, in one bounded batch.
-    PurgeHistory(Duration, NonZeroU32, Reply<u64>),
+    /// Delete history older than the retention (and, if set, received before the time), in
+    /// one bounded batch.
+    PurgeHistory(Duration, Option<Timestamp>, NonZeroU32, Reply<u64>),
     /// Claim (on receipt) and queue the item when the claim is won.
     Enqueue(ClaimRequest, QueuedItem, Reply<ClaimOutcome>),
     /// An operator's forced replay: claim (on receipt) and queue the item whatever the claim
@@ -167,7 +169,7 @@ impl Command {
                 _ => None,
             }))),
             Command::Sweep(_, tx)
-            | Command::PurgeHistory(_, _, tx)
+            | Command::PurgeHistory(_, _, _, tx)
             | Command::Replay(_, _, tx)
             | Command::PurgeDeadLetters(_, _, tx) => drop(tx.send(pick(answer, |a| match a {
                 Answer::Count(r) => Some(r),
@@ -357,10 +359,12 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
                 .map(|n| n as u64)
                 .map_err(sql("cannot delete expired records")),
         ),
-        Command::PurgeHistory(retention, batch, _) => Answer::Count(
+        Command::PurgeHistory(retention, before, batch, _) => Answer::Count(
             conn.prepare_cached(include_str!("../sql/purge_history.sql"))
                 .and_then(|mut s| {
-                    s.execute(params![now.minus(*retention).as_millis(), batch.get()])
+                    let cutoff = now.minus(*retention);
+                    let cutoff = before.map_or(cutoff, |b| b.min(cutoff));
+                    s.execute(params![cutoff.as_millis(), batch.get()])
                 })
                 .map(|n| n as u64)
                 .map_err(sql("cannot delete old history")),

@@ -795,7 +795,10 @@ impl Config {
     }
 
     fn extract(figment: &Figment) -> Result<Self, ConfigError> {
-        report::extract_all(figment).map_err(|errors| ConfigError::Parse(errors.join("\n")))
+        let mut config: Self =
+            report::extract_all(figment).map_err(|errors| ConfigError::Parse(errors.join("\n")))?;
+        config.store.history_archived = config.history.archive.is_some();
+        Ok(config)
     }
 
     /// Reads `file` (and the environment) as [`Config::load`] does, but without validating:

@@ -160,6 +160,20 @@ pub(super) fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
     }
 }
 
+/// The history archive, judged as `/healthz` judges it. `None` without one.
+pub(super) fn archive_health(state: &AppState) -> Option<Health> {
+    let verdict = crate::health::archive(state)?;
+    Some(Health {
+        name: "history archive",
+        light: match verdict.level {
+            crate::health::Level::Ok => Light::Green,
+            crate::health::Level::Warn => Light::Amber,
+            crate::health::Level::Bad => Light::Red,
+        },
+        why: verdict.why,
+    })
+}
+
 /// The broker destinations' window audits, judged as `/healthz` judges them. `None` when no
 /// source publishes to a broker.
 pub(super) fn destination_health(state: &AppState) -> Option<Health> {

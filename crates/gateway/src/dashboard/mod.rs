@@ -464,6 +464,9 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     if let Some(windows) = health::destination_health(state) {
         health.push(windows);
     }
+    if let Some(archive) = health::archive_health(state) {
+        health.push(archive);
+    }
     if let Ok(Some(advised)) = &advised {
         health.push(health::ttl_health(advised));
     }
