@@ -508,3 +508,158 @@ fn sqlite_retention_exports_before_it_deletes_and_keeps_everything_while_the_arc
         archive_health(port).is_some_and(|(s, _)| s == "ok")
     });
 }
+
+/// PostgreSQL: partitions of two past months created and filled by the test; exported, looked
+/// up once gone; then the retention job with the archive away (partitions kept, the sweeper
+/// running every second) and back (each partition dropped once its days are archived).
+#[test]
+fn postgres_export_and_retention_drop_partitions_only_once_archived() {
+    let url = std::env::var("IDEMGATE_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://root@localhost/test".into());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connected = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio_postgres::connect(&url, tokio_postgres::NoTls),
+        )
+        .await
+        .map_err(|_| "timed out".to_owned())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    });
+    let Some((client, conn)) = idemgate_core::testkit::require_service(
+        connected,
+        "start PostgreSQL on 127.0.0.1:5432 (trust auth) or set IDEMGATE_TEST_POSTGRES",
+    ) else {
+        return;
+    };
+    rt.spawn(conn);
+    let schema = format!("archive_test_{}", std::process::id());
+    struct Drop_<'a>(
+        &'a tokio::runtime::Runtime,
+        &'a tokio_postgres::Client,
+        String,
+    );
+    impl Drop for Drop_<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.block_on(
+                self.1
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.2)),
+            );
+        }
+    }
+    let _cleanup = Drop_(&rt, &client, schema.clone());
+    let pg = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--postgres", &url, "--schema", &schema]);
+        idemgate(&all)
+    };
+    ok(&pg(&["migrate"]));
+    // Two past months (3 and 2 months back), 2,000 events each on two days of the month.
+    let months: Vec<(String, i64)> = rt.block_on(async {
+        let mut out = Vec::new();
+        for back in [3, 2] {
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT 'history_' || to_char(m, '\"y\"YYYY\"m\"MM') AS name, \
+                                floor(extract(epoch FROM m) * 1000)::bigint AS start_ms \
+                           FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC' - interval '{back} months') AT TIME ZONE 'UTC' AS m) x"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap();
+            let (name, start): (String, i64) = (row.get("name"), row.get("start_ms"));
+            client
+                .batch_execute(&format!(
+                    "SET search_path = {schema};
+                     CREATE TABLE {name} PARTITION OF history
+                         FOR VALUES FROM ('epoch'::timestamptz + {start} * interval '1 ms')
+                                    TO (('epoch'::timestamptz + {start} * interval '1 ms') + interval '1 month');
+                     INSERT INTO history (source, event_id, outcome, processed, attempt, received_at)
+                     SELECT 'stripe', 'evt_{back}_' || g, o, o = 'completed', 1,
+                            'epoch'::timestamptz + {start} * interval '1 ms'
+                              + (g % 2 + 1) * interval '1 day' + g * interval '1 second'
+                       FROM generate_series(1, 2000) g, (VALUES ('claimed'), ('completed')) v(o);
+                     RESET search_path;"
+                ))
+                .await
+                .unwrap();
+            out.push((name, start));
+        }
+        out
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    let to = format!("file://{}", archive.display());
+    let since = day_text(months[0].1);
+    let until = day_text(today_ms() - DAY);
+    let out = ok(&pg(&[
+        "history", "export", "--since", &since, "--until", &until, "--to", &to,
+    ]));
+    assert!(out.contains("exported 8000 rows in 4 days"), "{out}");
+    assert!(
+        out.contains(&format!("part-{}-0.parquet: 2000 rows", months[0].0)),
+        "files are named after the partition: {out}"
+    );
+    assert_eq!(manifests(&archive).len(), 4);
+
+    // Retention with the archive away: a 30-day retention puts both months past it; the
+    // sweeper runs every second and keeps them, and so does the retention job.
+    let config = dir.path().join("pg.toml");
+    let store = format!(
+        "[store]\nkind = \"postgres\"\nurl = {url:?}\nhistory_retention = \"30d\"\nhistory_interval = \"1s\"\nsweep_interval = \"1s\"\n[store.postgres]\nschema = {schema:?}\n"
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "{store}[history.archive]\nurl = \"s3://archive/x\"\nendpoint = \"http://127.0.0.1:{}\"\naccess_key_id = \"k\"\nsecret_access_key = \"s\"\npath_style = true\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let exists = |name: &str| -> bool {
+        rt.block_on(client.query_one(
+            "SELECT to_regclass($1) IS NOT NULL AS e",
+            &[&format!("{schema}.{name}")],
+        ))
+        .unwrap()
+        .get("e")
+    };
+    let port = free_port();
+    {
+        let _gw = serve(&config, port);
+        wait_for(
+            "/healthz saying the archive holds the drop back",
+            60,
+            || archive_health(port).is_some_and(|(s, _)| s == "holding"),
+        );
+        std::thread::sleep(Duration::from_secs(2)); // two more sweeps
+        assert!(
+            exists(&months[0].0) && exists(&months[1].0),
+            "no partition dropped"
+        );
+    }
+    // Back: each month's days are confirmed in the archive (exported above), then dropped.
+    std::fs::write(&config, format!("{store}[history.archive]\nurl = {to:?}\n")).unwrap();
+    let _gw = serve(&config, port);
+    wait_for("both past months dropped", 60, || {
+        !exists(&months[0].0) && !exists(&months[1].0)
+    });
+    assert_eq!(manifests(&archive).iter().map(|m| m.1).sum::<u64>(), 8_000);
+    // And lookup finds a dropped event in the archive.
+    let v: serde_json::Value = serde_json::from_str(&ok(&pg(&[
+        "lookup",
+        "stripe",
+        "evt_3_17",
+        "--archive",
+        &to,
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(v["found_in"], "archive", "{v}");
+    assert_eq!(v["history"].as_array().unwrap().len(), 2);
+}

@@ -1,0 +1,160 @@
+"""Run by .ci/archive: export history with idemgate, read it back with DuckDB, compare."""
+
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import duckdb
+
+IDEMGATE = os.environ["IDEMGATE"]
+PG = os.environ.get("IDEMGATE_TEST_POSTGRES", "postgres://root@localhost/test")
+DAY = 86_400_000
+TODAY = int(time.time() * 1000) // DAY * DAY
+
+
+def run(*args):
+    out = subprocess.run([IDEMGATE, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"idemgate {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def day(ms):
+    return time.strftime("%Y-%m-%d", time.gmtime(ms / 1000))
+
+
+def lookup(store_args, source, event, archive):
+    return json.loads(run("lookup", *store_args, source, event, "--archive", archive, "--json"))
+
+
+def check(name, store_args, archive_dir, expected, sample, delete):
+    """expected: {(source, day): rows}; sample: [(source, event)]; delete: drops the store's rows."""
+    glob = f"{archive_dir}/**/*.parquet"
+    got = {
+        (s, str(d)): n
+        for s, d, n in duckdb.sql(
+            f"SELECT source, day, count(*) FROM read_parquet('{glob}', hive_partitioning = true) GROUP BY ALL"
+        ).fetchall()
+    }
+    if got != expected:
+        sys.exit(f"{name}: DuckDB counts {got}, the store {expected}")
+    # Every file's own source column agrees with its directory.
+    bad = duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning = false, filename = true) "
+        "WHERE filename NOT LIKE '%source=' || source || '/%'"
+    ).fetchone()[0]
+    if bad:
+        sys.exit(f"{name}: {bad} rows whose source is not their directory's")
+    before = {e: lookup(store_args, s, e, f"file://{archive_dir}") for s, e in sample}
+    delete()
+    for source, event in sample:
+        after = lookup(store_args, source, event, f"file://{archive_dir}")
+        if after["found_in"] != "archive":
+            sys.exit(f"{name}: {event} not found in the archive once deleted: {after}")
+        rows = duckdb.sql(
+            f"SELECT outcome, attempt, epoch_ms(received_at) "
+            f"FROM read_parquet('{glob}', hive_partitioning = true) "
+            f"WHERE source = '{source}' AND event_id = '{event}' ORDER BY received_at, outcome"
+        ).fetchall()
+        want = sorted((h["outcome"], h["attempt"], h["at"]) for h in before[event]["history"])
+        duck = sorted(
+            (o, a, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z")
+            for o, a, ms in rows
+        )
+        looked = sorted((h["outcome"], h["attempt"], h["at"]) for h in after["history"])
+        if not (want == duck == looked):
+            sys.exit(f"{name}: {event}: store {want}, DuckDB {duck}, lookup from the archive {looked}")
+    print(f"{name}: DuckDB read {sum(got.values())} rows in {len(got)} days, as the store counted; "
+          f"{len(sample)} events alike in the store, in DuckDB and in lookup from the archive")
+
+
+def sqlite_case(tmp):
+    data = os.path.join(tmp, "data")
+    run("migrate", "--data-dir", data)
+    db = sqlite3.connect(os.path.join(data, "idemgate.db"))
+    expected = {}
+    for source, days, per_day in (("stripe", (6, 5, 4), 4000), ("github", (5,), 1500)):
+        for ago in days:
+            start = TODAY - ago * DAY
+            rows = []
+            for i in range(per_day):
+                at = start + (i * 7919) % DAY
+                ev = f"evt_{ago}_{i}"
+                rows.append((source, ev, "claimed", 0, 1, at, None, None))
+                rows.append((source, ev, "completed", 1, 1, at + 5, None, "fine" if i % 3 == 0 else None))
+            db.executemany(
+                "INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms, note) VALUES (?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            expected[(source, day(start))] = 2 * per_day
+    db.commit()
+    archive = os.path.join(tmp, "sqlite-archive")
+    run("history", "export", "--data-dir", data, "--since", day(TODAY - 10 * DAY),
+        "--until", day(TODAY - DAY), "--to", f"file://{archive}")
+    sample = [("stripe", f"evt_{random.choice((6, 5, 4))}_{random.randrange(4000)}") for _ in range(15)]
+    sample += [("github", f"evt_5_{random.randrange(1500)}") for _ in range(5)]
+
+    def delete():
+        db.execute("DELETE FROM history")
+        db.commit()
+
+    check("SQLite", ["--data-dir", data], archive, expected, sample, delete)
+
+
+def psql(sql):
+    env = dict(os.environ, PGOPTIONS="-c client_min_messages=warning")
+    subprocess.run(["psql", PG, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], check=True, env=env)
+
+
+def postgres_case(tmp):
+    schema = f"ci_archive_{os.getpid()}"
+    store = ["--postgres", PG, "--schema", schema]
+    run("migrate", *store)
+    try:
+        expected = {}
+        for back in (3, 2):
+            psql(f"""
+                SET search_path = {schema};
+                DO $$
+                DECLARE m timestamptz := date_trunc('month', now() AT TIME ZONE 'UTC' - interval '{back} months') AT TIME ZONE 'UTC';
+                BEGIN
+                  EXECUTE format('CREATE TABLE %I PARTITION OF history FOR VALUES FROM (%L) TO (%L)',
+                                 'history_' || to_char(m AT TIME ZONE 'UTC', '"y"YYYY"m"MM'), m, m + interval '1 month');
+                END $$;
+                INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, note)
+                SELECT 'stripe', 'evt_{back}_' || g, o, o = 'completed', 1,
+                       date_trunc('month', now() AT TIME ZONE 'UTC' - interval '{back} months') AT TIME ZONE 'UTC'
+                         + (g % 3) * interval '1 day' + g * interval '1 second',
+                       CASE WHEN o = 'completed' AND g % 5 = 0 THEN 'fine' END
+                  FROM generate_series(1, 3000) g, (VALUES ('claimed'), ('completed')) v(o);
+            """)
+        out = subprocess.run(
+            ["psql", PG, "-At", "-c",
+             f"SELECT source, to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), count(*) FROM {schema}.history GROUP BY 1, 2"],
+            capture_output=True, text=True, check=True).stdout
+        for line in out.split():
+            s, d, n = line.split("|")
+            expected[(s, d)] = int(n)
+        archive = os.path.join(tmp, "pg-archive")
+        run("history", "export", *store, "--since", day(TODAY - 200 * DAY),
+            "--until", day(TODAY - DAY), "--to", f"file://{archive}")
+        sample = [("stripe", f"evt_{random.choice((3, 2))}_{random.randrange(1, 3001)}") for _ in range(20)]
+        check("PostgreSQL", store, archive, expected, sample,
+              lambda: psql(f"DELETE FROM {schema}.history"))
+    finally:
+        psql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def main():
+    random.seed(int(os.environ.get("ARCHIVE_SEED", "1")))
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite_case(tmp)
+        postgres_case(tmp)
+
+
+main()
