@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -32,7 +33,30 @@ def lookup(store_args, source, event, archive):
     return json.loads(run("lookup", *store_args, source, event, "--archive", archive, "--json"))
 
 
-def check(name, store_args, archive_dir, expected, sample, delete):
+def fill_sqlite(data, plan):
+    """plan: ((source, (days ago...), events per day), ...) -> {(source, day): rows}."""
+    run("migrate", "--data-dir", data)
+    db = sqlite3.connect(os.path.join(data, "idemgate.db"))
+    expected = {}
+    for source, days, per_day in plan:
+        for ago in days:
+            start = TODAY - ago * DAY
+            rows = []
+            for i in range(per_day):
+                at = start + (i * 7919) % DAY
+                ev = f"evt_{ago}_{i}"
+                rows.append((source, ev, "claimed", 0, 1, at, None, None))
+                rows.append((source, ev, "completed", 1, 1, at + 5, None, "fine" if i % 3 == 0 else None))
+            db.executemany(
+                "INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms, note) VALUES (?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            expected[(source, day(start))] = 2 * per_day
+    db.commit()
+    return db, expected
+
+
+def check(name, store_args, archive_dir, expected, sample, delete, archive_url=None):
     """expected: {(source, day): rows}; sample: [(source, event)]; delete: drops the store's rows."""
     glob = f"{archive_dir}/**/*.parquet"
     got = {
@@ -50,10 +74,11 @@ def check(name, store_args, archive_dir, expected, sample, delete):
     ).fetchone()[0]
     if bad:
         sys.exit(f"{name}: {bad} rows whose source is not their directory's")
-    before = {e: lookup(store_args, s, e, f"file://{archive_dir}") for s, e in sample}
+    url = archive_url or f"file://{archive_dir}"
+    before = {e: lookup(store_args, s, e, url) for s, e in sample}
     delete()
     for source, event in sample:
-        after = lookup(store_args, source, event, f"file://{archive_dir}")
+        after = lookup(store_args, source, event, url)
         if after["found_in"] != "archive":
             sys.exit(f"{name}: {event} not found in the archive once deleted: {after}")
         rows = duckdb.sql(
@@ -75,24 +100,7 @@ def check(name, store_args, archive_dir, expected, sample, delete):
 
 def sqlite_case(tmp):
     data = os.path.join(tmp, "data")
-    run("migrate", "--data-dir", data)
-    db = sqlite3.connect(os.path.join(data, "idemgate.db"))
-    expected = {}
-    for source, days, per_day in (("stripe", (6, 5, 4), 4000), ("github", (5,), 1500)):
-        for ago in days:
-            start = TODAY - ago * DAY
-            rows = []
-            for i in range(per_day):
-                at = start + (i * 7919) % DAY
-                ev = f"evt_{ago}_{i}"
-                rows.append((source, ev, "claimed", 0, 1, at, None, None))
-                rows.append((source, ev, "completed", 1, 1, at + 5, None, "fine" if i % 3 == 0 else None))
-            db.executemany(
-                "INSERT INTO history (source, event_id, outcome, processed, attempt, received_at, gap_ms, note) VALUES (?,?,?,?,?,?,?,?)",
-                rows,
-            )
-            expected[(source, day(start))] = 2 * per_day
-    db.commit()
+    db, expected = fill_sqlite(data, (("stripe", (6, 5, 4), 4000), ("github", (5,), 1500)))
     archive = os.path.join(tmp, "sqlite-archive")
     run("history", "export", "--data-dir", data, "--since", day(TODAY - 10 * DAY),
         "--until", day(TODAY - DAY), "--to", f"file://{archive}")
@@ -150,11 +158,87 @@ def postgres_case(tmp):
         psql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def s3_case(tmp):
+    """S3: a local moto server (PyPI, the S3 API in-process: no cloud endpoint, no daemon to
+    install); the export goes through it, the files are fetched back with boto3 and read by
+    DuckDB locally, and lookup reads the archive over S3."""
+    import boto3
+
+    port = free_port()
+    server = subprocess.Popen(
+        ["moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit("moto_server did not listen within 30 s")
+                time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
+                          aws_secret_access_key="test", region_name="us-east-1")
+        s3.create_bucket(Bucket="idemgate-archive")
+        data = os.path.join(tmp, "s3-data")
+        db, expected = fill_sqlite(data, (("stripe", (3, 2), 2500),))
+        config = os.path.join(tmp, "s3.toml")
+
+        def write_config(url):
+            with open(config, "w") as f:
+                f.write(f'[store]\npath = "{data}"\n[history.archive]\nurl = "{url}"\n'
+                        f'endpoint = "{endpoint}"\nregion = "us-east-1"\npath_style = true\n'
+                        'access_key_id = "test"\nsecret_access_key = "test"\n')
+
+        since, until = day(TODAY - 10 * DAY), day(TODAY - DAY)
+        # A bucket that does not exist: the export fails, naming it, and writes nothing.
+        write_config("s3://no-such-bucket/history")
+        out = subprocess.run([IDEMGATE, "history", "export", "--config", config, "--since", since,
+                              "--until", until], capture_output=True, text=True)
+        if out.returncode == 0 or "no-such-bucket" not in out.stderr or "does not exist" not in out.stderr:
+            sys.exit(f"S3: export into a missing bucket: exit {out.returncode}, {out.stderr}")
+        write_config("s3://idemgate-archive/history")
+        run("history", "export", "--config", config, "--since", since, "--until", until)
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="idemgate-archive")["Contents"])
+        local = os.path.join(tmp, "s3-copy")
+        for key in keys:
+            if not key.startswith("history/source=stripe/day="):
+                sys.exit(f"S3: unexpected key {key}")
+            path = os.path.join(local, key[len("history/"):])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            s3.download_file("idemgate-archive", key, path)
+        sample = [("stripe", f"evt_{random.choice((3, 2))}_{random.randrange(2500)}") for _ in range(10)]
+
+        def delete():
+            db.execute("DELETE FROM history")
+            db.commit()
+
+        # Lookups read S3 (the config's archive); DuckDB reads the copy.
+        check("S3 (moto)", ["--config", config], local, expected, sample, delete,
+              archive_url="s3://idemgate-archive/history")
+        print(f"S3 (moto): {len(keys)} objects under s3://idemgate-archive/history")
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main():
     random.seed(int(os.environ.get("ARCHIVE_SEED", "1")))
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_case(tmp)
         postgres_case(tmp)
+        s3_case(tmp)
 
 
 main()

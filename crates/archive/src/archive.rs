@@ -76,6 +76,13 @@ impl Archive {
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(&bucket)
                     .with_http_connector(crate::s3::Hyper::new(tls))
+                    // A few quick retries: an archive that is away is said so within seconds
+                    // (the retention job tries again at its next run).
+                    .with_retry(object_store::RetryConfig {
+                        max_retries: 3,
+                        retry_timeout: std::time::Duration::from_secs(20),
+                        ..object_store::RetryConfig::default()
+                    })
                     .with_virtual_hosted_style_request(!config.path_style);
                 if let Some(endpoint) = &config.endpoint {
                     b = b
@@ -126,7 +133,14 @@ impl Archive {
         self.store
             .put(&key, PutPayload::from_bytes(body.clone()))
             .await
-            .map_err(|e| ArchiveError::store(self.at(&key), &e))?;
+            .map_err(|e| match e {
+                // S3 answers a write into a missing bucket 404.
+                object_store::Error::NotFound { .. } => ArchiveError::Store {
+                    at: self.shown.clone(),
+                    why: "the bucket does not exist (NoSuchBucket): create it, or correct the bucket in the URL".into(),
+                },
+                e => ArchiveError::store(self.at(&key), &e),
+            })?;
         let back = self
             .store
             .get(&key)

@@ -147,6 +147,20 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
                 None => problems.push(format!("{name}: {}", idemgate::ErrorChain(&e))),
             },
         }
+        // The history archive: written, read back and deleted (one small object), as the
+        // retention job will. Unreachable is a warning: the gateway serves, and holds history
+        // in the database until it is back.
+        if let Some(settings) = &config.history.archive {
+            match idemgate_archive::Archive::open(settings) {
+                Ok(archive) => match archive.probe().await {
+                    Ok(()) => outln!("  archive   {}: writable", archive.url()),
+                    Err(e) => warnings.push(format!(
+                        "{e}: history past history_retention stays in the database until the archive is reachable"
+                    )),
+                },
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
     }
 
     for w in &warnings {

@@ -257,18 +257,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// `IDEMGATE_LOG` (`info` when unset or unreadable), with the broker clients' own chatter
-/// (every connect, drain and close at info) at `warn` unless it names them: the gateway says
-/// what matters about a broker itself.
+/// `IDEMGATE_LOG` (`info` when unset or unreadable), with the broker and object-store clients'
+/// own chatter (every connect, drain, close and retry at info) at `warn` unless it names them:
+/// the gateway says what matters about a broker or an archive itself.
 fn log_filter(spec: Option<String>) -> tracing_subscriber::EnvFilter {
     let mut spec = spec.unwrap_or_else(|| "info".to_owned());
-    for client in ["async_nats", "lapin"] {
+    for client in ["async_nats", "lapin", "object_store"] {
         if !spec.contains(client) {
             spec.push_str(&format!(",{client}=warn"));
         }
     }
-    tracing_subscriber::EnvFilter::try_new(&spec)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn,lapin=warn"))
+    tracing_subscriber::EnvFilter::try_new(&spec).unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,async_nats=warn,lapin=warn,object_store=warn")
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
