@@ -16,6 +16,7 @@
 //! - `report`: latency summaries, histograms, per-second ticks, markdown tables. Charts are
 //!   drawn by `idemgate-chart`.
 
+mod archive;
 mod claims;
 mod cleanup;
 mod destinations;
@@ -62,6 +63,10 @@ enum Scenario {
     /// idemgate Redis store marking on receipt, claims/s and p50/p99/p999 at 16 and 64 callers,
     /// same run.
     Peers(peers::Args),
+    /// The history archive at size: N history rows in a past month's PostgreSQL partition,
+    /// exported with `idemgate history export` (rows/s), the archive's bytes against the
+    /// database's, and lookups of archived events through the archive (p50/p99).
+    Archive(archive::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +82,7 @@ fn main() -> anyhow::Result<()> {
             Scenario::Growth(args) => growth::run(args).await,
             Scenario::Cleanup(args) => cleanup::run(args).await,
             Scenario::Peers(args) => peers::run(args).await,
+            Scenario::Archive(args) => archive::run(args).await,
         }
     })
 }

@@ -304,6 +304,13 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             None => Vec::new(),
         },
         clock_divergence_ms: state.store.clock_divergence_ms(),
+        archive: state.archiving.as_ref().map(|a| {
+            let s = a.status();
+            metrics::ArchiveSeen {
+                holding: s.holding.is_some(),
+                exported_rows: s.exported_rows,
+            }
+        }),
         windows: crate::audit::latest(&state)
             .into_iter()
             .map(|(source, audit)| metrics::WindowSeen {

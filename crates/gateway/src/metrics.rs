@@ -352,6 +352,16 @@ pub struct Scrape {
     /// Each broker destination's latest window audit: the source, the broker's dedup window
     /// (`None`: none, or not known) and the exposure it is judged against.
     pub windows: Vec<WindowSeen>,
+    /// `[history.archive]`: whether the last retention run was held back (`None`: no archive),
+    /// and the rows this process exported so far.
+    pub archive: Option<ArchiveSeen>,
+}
+
+/// The history archive, as `/metrics` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct ArchiveSeen {
+    pub holding: bool,
+    pub exported_rows: u64,
 }
 
 /// A broker destination's window audit, as `/metrics` shows it.
@@ -643,6 +653,22 @@ impl Metrics {
                 degraded,
             );
         }
+        if let Some(a) = scrape.archive {
+            let holding = Gauge::<i64>::default();
+            holding.set(i64::from(a.holding));
+            read.register(
+                "idemgate_history_archive_holding",
+                "1 when the last history retention run was held back (the archive unreachable, or its count unlike the database's): history stays in the database past its retention",
+                holding,
+            );
+            let exported = Gauge::<i64>::default();
+            exported.set(i64::try_from(a.exported_rows).unwrap_or(i64::MAX));
+            read.register(
+                "idemgate_history_archive_exported_rows",
+                "History rows this process exported into the archive since it started",
+                exported,
+            );
+        }
         crate::process::register_metrics(&mut read);
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -709,6 +735,10 @@ mod tests {
                 bypassed: 0,
             }),
             clock_divergence_ms: Some(120_000),
+            archive: Some(ArchiveSeen {
+                holding: true,
+                exported_rows: 12,
+            }),
             windows: vec![
                 WindowSeen {
                     source: "stripe".to_owned(),
@@ -730,6 +760,8 @@ mod tests {
             "idemgate_destination_window_degraded{source=\"stripe\"} 1",
             "idemgate_destination_exposure_seconds{source=\"shop\"} 625.0",
             "idemgate_destination_window_degraded{source=\"shop\"} 0",
+            "idemgate_history_archive_holding 1",
+            "idemgate_history_archive_exported_rows 12",
             "idemgate_deliveries_total{source=\"stripe\",outcome=\"forwarded\"} 2",
             "idemgate_late_duplicates_total{source=\"stripe\"} 1",
             "idemgate_claim_duration_seconds_count{source=\"stripe\"} 1",
