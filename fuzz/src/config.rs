@@ -111,6 +111,11 @@ const KEYS: &[DurationKey] = &[
         read: Some(|c| Some(c.store.history_interval)),
     },
     DurationKey {
+        toml: "[history.archive]\nurl = \"file:///tmp/idemgate-fuzz-archive\"\nexport_after = {}\n",
+        key: "export_after",
+        read: Some(|c| c.history.archive.as_ref().map(|a| a.export_after)),
+    },
+    DurationKey {
         toml: "[store.postgres]\nsweep_pause = {}\n",
         key: "sweep_pause",
         read: Some(|c| Some(c.store.postgres.sweep_pause)),
