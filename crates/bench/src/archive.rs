@@ -119,7 +119,7 @@ async fn measure(
             .batch_execute(&format!(
                 "INSERT INTO {schema}.history (source, event_id, outcome, processed, attempt, received_at, gap_ms, fingerprint)
                  SELECT 'stripe', 'evt_' || substr(md5(g::text), 1, 24), o, o = 'completed', 1,
-                        'epoch'::timestamptz + ({start} + (g * 7919) % {span_ms}) * interval '1 ms'
+                        'epoch'::timestamptz + ({start} + (g::bigint * 7919) % {span_ms}) * interval '1 ms'
                           + CASE o WHEN 'completed' THEN interval '180 ms' ELSE interval '0' END,
                         NULL,
                         decode(md5(g::text) || md5((g + 1)::text), 'hex')

@@ -5,6 +5,7 @@
 use std::io::IsTerminal;
 
 use clap::{Args, Subcommand};
+use futures_util::StreamExt;
 use idemgate_archive::{Archive, ArchiveConfig, Day};
 use idemgate_core::SourceName;
 
@@ -130,14 +131,29 @@ async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let bar = progress(plan.rows());
     let started = std::time::Instant::now();
     let mut done = 0u64;
-    for d in &plan.days {
-        let day = Day::of(d.start);
-        let before = done;
-        let manifest = idemgate_archive::export_day(&store, &archive, d, |n| {
-            bar.set_position(before + n);
+    // Two days at a time: one is read from the store while the other is encoded, so the
+    // store's work and the encoding overlap (each day's files are its own).
+    let progressed = std::sync::atomic::AtomicU64::new(0);
+    let mut days = futures_util::stream::iter(plan.days.iter())
+        .map(|d| {
+            let (store, archive, bar, progressed) = (&store, &archive, &bar, &progressed);
+            async move {
+                let mut last = 0;
+                let manifest = idemgate_archive::export_day(store, archive, d, |n| {
+                    let total =
+                        progressed.fetch_add(n - last, std::sync::atomic::Ordering::Relaxed);
+                    bar.set_position(total + n - last);
+                    last = n;
+                })
+                .await?;
+                archive.confirm(&d.source, Day::of(d.start), d.rows).await?;
+                Ok::<_, idemgate_archive::ArchiveError>((d, manifest))
+            }
         })
-        .await?;
-        archive.confirm(&d.source, day, d.rows).await?;
+        .buffer_unordered(2);
+    while let Some(result) = days.next().await {
+        let (d, manifest) = result?;
+        let day = Day::of(d.start);
         done += manifest.rows;
         for f in &manifest.files {
             bar.suspend(|| {

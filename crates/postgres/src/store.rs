@@ -519,14 +519,22 @@ impl idemgate_core::HistoryExport for PgStore {
             position: from.as_millis().saturating_mul(1000),
             id: i64::MIN,
         });
+        // Times as timestamptz parameters, exact to the microsecond.
+        let at = |micros: i64| {
+            std::time::SystemTime::UNIX_EPOCH
+                + Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+        };
+        let cursor = at(after.position);
+        let start = at(from.as_millis().saturating_mul(1000)).max(cursor);
+        let end = at(until.as_millis().saturating_mul(1000));
         let rows = client
             .query(
                 include_str!("../sql/history_rows.sql"),
                 &[
                     &source.as_str(),
-                    &from.as_millis(),
-                    &until.as_millis(),
-                    &after.position,
+                    &start,
+                    &end,
+                    &cursor,
                     &after.id,
                     &i64::from(limit.get()),
                 ],
