@@ -166,6 +166,53 @@ def free_port():
     return port
 
 
+def start_moto(port, env=None):
+    server = subprocess.Popen(
+        ["moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            if time.time() > deadline:
+                server.kill()
+                sys.exit("moto_server did not listen within 30 s")
+            time.sleep(0.1)
+
+
+def wrong_credentials_case(tmp):
+    """A moto that checks credentials (all but its first request): the export is refused 403,
+    and idemgate says to check the archive's credentials."""
+    import boto3
+
+    port = free_port()
+    server = start_moto(port, dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="1"))
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
+                     aws_secret_access_key="test", region_name="us-east-1").create_bucket(Bucket="checked")
+        data = os.path.join(tmp, "auth-data")
+        fill_sqlite(data, (("stripe", (3,), 10),))
+        config = os.path.join(tmp, "auth.toml")
+        with open(config, "w") as f:
+            f.write(f'[store]\npath = "{data}"\n[history.archive]\nurl = "s3://checked/h"\n'
+                    f'endpoint = "{endpoint}"\npath_style = true\n'
+                    'access_key_id = "AKIAWRONG"\nsecret_access_key = "wrong"\n')
+        out = subprocess.run([IDEMGATE, "history", "export", "--config", config, "--since",
+                              day(TODAY - 5 * DAY), "--until", day(TODAY - DAY)],
+                             capture_output=True, text=True)
+        if out.returncode == 0 or "check the archive's credentials" not in out.stderr \
+                or "wrong" in out.stderr.replace("AKIAWRONG", ""):
+            sys.exit(f"S3 with wrong credentials: exit {out.returncode}, {out.stderr}")
+        print("S3 (moto, credentials checked): wrong credentials refused, named, the secret not shown")
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def s3_case(tmp):
     """S3: a local moto server (PyPI, the S3 API in-process: no cloud endpoint, no daemon to
     install); the export goes through it, the files are fetched back with boto3 and read by
@@ -173,20 +220,8 @@ def s3_case(tmp):
     import boto3
 
     port = free_port()
-    server = subprocess.Popen(
-        ["moto_server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    server = start_moto(port)
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    sys.exit("moto_server did not listen within 30 s")
-                time.sleep(0.1)
         endpoint = f"http://127.0.0.1:{port}"
         s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
                           aws_secret_access_key="test", region_name="us-east-1")
@@ -239,6 +274,7 @@ def main():
         sqlite_case(tmp)
         postgres_case(tmp)
         s3_case(tmp)
+        wrong_credentials_case(tmp)
 
 
 main()
