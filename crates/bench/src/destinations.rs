@@ -33,36 +33,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use idemgate_chart::{BarLayout, Bars, Frame, Series};
 
-use crate::gateway::{Args, SECRET, StoreArg, free_port, post_all, serve};
+use crate::gateway::{Args, Destination, SECRET, StoreArg, free_port, post_all, serve};
 use crate::nats::Nats;
 use crate::report::{Latency, ms, table};
-
-/// Where a source's events go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Destination {
-    /// HTTP to nginx (always measured first, as the baseline).
-    Http,
-    /// NATS JetStream.
-    Nats,
-    /// RabbitMQ.
-    Amqp,
-}
-
-impl Destination {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Http => "HTTP (nginx)",
-            Self::Nats => "JetStream",
-            Self::Amqp => "RabbitMQ",
-        }
-    }
-}
 
 /// Who delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -858,11 +837,6 @@ fn draw(args: &Args, rows: &[Row]) -> anyhow::Result<String> {
         &format!("{load}; each row a fresh gateway."),
         &[rps, p99],
     )
-}
-
-/// `--nginx`'s default.
-pub fn default_nginx() -> PathBuf {
-    PathBuf::from("nginx")
 }
 
 #[cfg(test)]

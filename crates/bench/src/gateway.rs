@@ -107,7 +107,7 @@ pub struct Args {
     /// (`nats`, `amqp`), beside HTTP to nginx, forward and inbox mode, same run (see
     /// `destinations`).
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub(crate) destination: Vec<crate::destinations::Destination>,
+    pub(crate) destination: Vec<Destination>,
     /// NATS with JetStream, for `--destination nats` (streams of the run's own, deleted after).
     #[arg(
         long,
@@ -123,7 +123,7 @@ pub struct Args {
     )]
     pub(crate) amqp: String,
     /// The nginx binary the HTTP baseline of `--destination` runs on.
-    #[arg(long, default_value_os_t = crate::destinations::default_nginx())]
+    #[arg(long, default_value_os_t = default_nginx())]
     pub(crate) nginx: PathBuf,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
@@ -217,13 +217,44 @@ struct Round {
 const ROUNDS_RPS: f64 = 0.15;
 const ROUNDS_P99: f64 = 1.5;
 
+/// Where a source's events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Destination {
+    /// HTTP to nginx (always measured first, as the baseline).
+    Http,
+    /// NATS JetStream.
+    Nats,
+    /// RabbitMQ.
+    Amqp,
+}
+
+impl Destination {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Http => "HTTP (nginx)",
+            Self::Nats => "JetStream",
+            Self::Amqp => "RabbitMQ",
+        }
+    }
+}
+
+/// `--nginx`'s default.
+pub fn default_nginx() -> PathBuf {
+    PathBuf::from("nginx")
+}
+
 impl Run {
     fn peak_rss_mib(&self) -> f64 {
         self.peak_rss_kib as f64 / 1024.0
     }
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+/// Checks the arguments and finds the `idemgate` binary; `--destination` runs (see
+/// `destinations`) start here too.
+///
+/// # Errors
+/// An argument out of range, or no binary.
+pub fn binary(args: &Args) -> anyhow::Result<PathBuf> {
     anyhow::ensure!(args.connections > 0, "--connections must be at least 1");
     anyhow::ensure!(args.requests > 0, "--requests must be at least 1");
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
@@ -242,9 +273,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             bin.display()
         );
     }
-    if !args.destination.is_empty() {
-        return crate::destinations::run(&args, &bin).await;
-    }
+    Ok(bin)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let bin = binary(&args)?;
     let stores: &[Store] = match args.store {
         StoreArg::Sqlite => &[Store::Sqlite],
         StoreArg::Postgres => &[Store::Postgres],

@@ -76,6 +76,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         match cli.scenario {
+            Scenario::Gateway(args) if !args.destination.is_empty() => {
+                destinations::run(&args, &gateway::binary(&args)?).await
+            }
             Scenario::Gateway(args) => gateway::run(args).await,
             Scenario::Inbox(args) => inbox::run(args).await,
             Scenario::Claims(args) => claims::run(args).await,

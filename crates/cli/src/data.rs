@@ -338,7 +338,7 @@ pub(crate) async fn lookup(
     if view.record.is_none() && view.history.is_empty() {
         let config = config(args, None)?;
         if archive.is_some() || config.history.archive.is_some() {
-            let settings = crate::history::archive_config(&config, archive, "--archive")?;
+            let settings = archive_config(&config, archive, "--archive")?;
             let opened =
                 idemgate_archive::Archive::open(&settings).map_err(|e| Usage(e.to_string()))?;
             let found = opened.lookup(&source, key.event_id.as_str(), None).await?;
@@ -472,4 +472,24 @@ pub(crate) async fn lookup(
         }
     }
     Ok(())
+}
+
+/// The archive settings: the config's `[history.archive]`, its URL replaced by `to`.
+pub(crate) fn archive_config(
+    config: &idemgate_gateway::Config,
+    to: Option<&str>,
+    flag: &str,
+) -> anyhow::Result<idemgate_archive::ArchiveConfig> {
+    match (config.history.archive.clone(), to) {
+        (Some(mut c), Some(url)) => {
+            c.url = url.to_owned();
+            Ok(c)
+        }
+        (Some(c), None) => Ok(c),
+        (None, Some(url)) => Ok(idemgate_archive::ArchiveConfig::at(url)),
+        (None, None) => Err(Usage(format!(
+            "no archive: pass {flag} file:///path (or s3://bucket/prefix), or set [history.archive] url in the config"
+        ))
+        .into()),
+    }
 }

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use clap::{Args, Subcommand};
 use futures_util::StreamExt;
-use idemgate_archive::{Archive, ArchiveConfig, Day};
+use idemgate_archive::{Archive, Day};
 use idemgate_core::SourceName;
 
 use crate::{StoreArgs, Usage, data, parse_source};
@@ -58,26 +58,6 @@ pub(crate) async fn history(args: HistoryArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The archive settings: the config's `[history.archive]`, its URL replaced by `to`.
-pub(crate) fn archive_config(
-    config: &idemgate_gateway::Config,
-    to: Option<&str>,
-    flag: &str,
-) -> anyhow::Result<ArchiveConfig> {
-    match (config.history.archive.clone(), to) {
-        (Some(mut c), Some(url)) => {
-            c.url = url.to_owned();
-            Ok(c)
-        }
-        (Some(c), None) => Ok(c),
-        (None, Some(url)) => Ok(ArchiveConfig::at(url)),
-        (None, None) => Err(Usage(format!(
-            "no archive: pass {flag} file:///path (or s3://bucket/prefix), or set [history.archive] url in the config"
-        ))
-        .into()),
-    }
-}
-
 async fn export(args: ExportArgs) -> anyhow::Result<()> {
     if args.since > args.until {
         return Err(Usage(format!(
@@ -87,7 +67,7 @@ async fn export(args: ExportArgs) -> anyhow::Result<()> {
         .into());
     }
     let config = data::config(&args.store, None)?;
-    let settings = archive_config(&config, args.to.as_deref(), "--to")?;
+    let settings = data::archive_config(&config, args.to.as_deref(), "--to")?;
     let archive = Archive::open(&settings).map_err(|e| Usage(e.to_string()))?;
     let (store, name) = data::open(&args.store, None).await?;
     let plan = idemgate_archive::plan(&store, args.source.as_ref(), args.since, args.until).await?;
