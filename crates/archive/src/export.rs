@@ -14,6 +14,12 @@ use crate::row::ArchivedRow;
 /// Rows read from the store at a time.
 const PAGE: u32 = 50_000;
 
+/// A day is read ten minutes at a time (each in pages). A page's query may sort everything from
+/// its cursor to the end of the range it is given (PostgreSQL does, on a partition it has no
+/// statistics of yet: a bitmap scan, then a sort by (time, id)); bounding the range bounds that
+/// work by the rows of ten minutes instead of the rest of the day.
+const WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// What an export will do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -70,28 +76,33 @@ pub async fn export_day<S: HistoryExport>(
 ) -> Result<Manifest, ArchiveError> {
     let d = Day::of(day.start);
     let mut writer = archive.day_writer(&day.source, d, &day.partition);
-    let mut after = None;
     let mut done = 0u64;
     let page = NonZeroU32::new(PAGE).expect("PAGE is not zero");
-    loop {
-        let rows = store
-            .history_rows(&day.source, d.start(), d.end(), after, page)
-            .await?;
-        let Some(last) = rows.last() else { break };
-        after = Some(last.cursor);
-        let n = rows.len();
-        done += n as u64;
-        writer
-            .push(
-                rows.iter()
-                    .map(|r| ArchivedRow::new(r.source.as_str(), r.event_id.as_str(), &r.entry))
-                    .collect(),
-            )
-            .await?;
-        progress(done);
-        if n < PAGE as usize {
-            break;
+    let mut from = d.start();
+    while from < d.end() {
+        let until = from.plus(WINDOW).min(d.end());
+        let mut after = None;
+        loop {
+            let rows = store
+                .history_rows(&day.source, from, until, after, page)
+                .await?;
+            let Some(last) = rows.last() else { break };
+            after = Some(last.cursor);
+            let n = rows.len();
+            done += n as u64;
+            writer
+                .push(
+                    rows.iter()
+                        .map(|r| ArchivedRow::new(r.source.as_str(), r.event_id.as_str(), &r.entry))
+                        .collect(),
+                )
+                .await?;
+            progress(done);
+            if n < PAGE as usize {
+                break;
+            }
         }
+        from = until;
     }
     writer.finish().await
 }
