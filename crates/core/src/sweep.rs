@@ -185,12 +185,30 @@ pub fn spawn<S>(
     every: Duration,
     opts: SweepOptions,
     cancel: tokio_util::sync::CancellationToken,
-    mut on_run: impl FnMut(Result<SweepReport, StoreError>) + Send + 'static,
+    on_run: impl FnMut(Result<SweepReport, StoreError>) + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
     S: Sweep + 'static,
 {
-    tokio::spawn(async move {
+    tokio::spawn(every_run(store, every, opts, cancel, on_run))
+}
+
+/// [`spawn`]'s loop, for a caller that runs it on a task of its own (a supervisor that
+/// restarts it). Written out as a `Send` future rather than an `async fn`: a caller that asks
+/// for `Send` over the boxed pause cannot prove it through an `async fn`'s opaque type.
+#[cfg(feature = "tokio")]
+#[allow(clippy::manual_async_fn)]
+pub fn every_run<S>(
+    store: S,
+    every: Duration,
+    opts: SweepOptions,
+    cancel: tokio_util::sync::CancellationToken,
+    mut on_run: impl FnMut(Result<SweepReport, StoreError>) + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    S: Sweep + 'static,
+{
+    async move {
         loop {
             let result = store
                 .sweep_run(opts, pause_or_cancel(&cancel), |_| {})
@@ -201,7 +219,7 @@ where
                 () = tokio::time::sleep(every) => {}
             }
         }
-    })
+    }
 }
 
 #[cfg(test)]

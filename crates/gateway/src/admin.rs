@@ -111,6 +111,21 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     // The broker destinations' window audits, as the dashboard shows them: a window shorter
     // than its source needs (or not known: the broker did not answer) is degraded, naming the
     // source.
+    // The supervised background tasks: one waiting to be restarted after a panic is down, a
+    // recent panic a warning.
+    let tasks = state.tasks.verdict();
+    warned |= tasks.level != Level::Ok;
+    components.push(Component {
+        name: "tasks",
+        engine: None,
+        status: match tasks.level {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Bad => "down",
+        },
+        ms: 0.0,
+        error: (tasks.level != Level::Ok).then_some(tasks.why),
+    });
     if let Some(archive) = crate::health::archive(&state) {
         warned |= archive.level != Level::Ok;
         components.push(Component {
@@ -388,10 +403,24 @@ pub(crate) fn spawn_history_retention(
     retention: Duration,
     every: Duration,
     cancel: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> tokio::task::JoinHandle<Option<()>> {
+    let task = state.clone();
+    state
+        .tasks
+        .supervise("history retention", cancel.clone(), move || {
+            history_retention(task.clone(), retention, every, cancel.clone())
+        })
+}
+
+/// [`spawn_history_retention`]'s task.
+async fn history_retention(
+    state: AppState,
+    retention: Duration,
+    every: Duration,
+    cancel: CancellationToken,
+) {
     const BATCH: std::num::NonZeroU32 = std::num::NonZeroU32::new(5_000).expect("non-zero");
-    let state = state.clone();
-    tokio::spawn(async move {
+    {
         loop {
             let started = Instant::now();
             let mut rows = 0u64;
@@ -450,7 +479,7 @@ pub(crate) fn spawn_history_retention(
                 () = tokio::time::sleep(every) => {}
             }
         }
-    })
+    }
 }
 
 /// The background sweeper: core's one [`idemgate_core::sweep::spawn`], a run now and every
@@ -461,7 +490,7 @@ pub(crate) fn spawn_sweeper(
     every: Duration,
     opts: SweepOptions,
     cancel: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> tokio::task::JoinHandle<Option<()>> {
     let on_run = {
         let state = state.clone();
         move |run: Result<idemgate_core::sweep::SweepReport, idemgate_core::StoreError>| {
@@ -498,5 +527,8 @@ pub(crate) fn spawn_sweeper(
             }
         }
     };
-    idemgate_core::sweep::spawn(state.store.clone(), every, opts, cancel, on_run)
+    let store = state.store.clone();
+    state.tasks.supervise("sweeper", cancel.clone(), move || {
+        idemgate_core::sweep::every_run(store.clone(), every, opts, cancel.clone(), on_run.clone())
+    })
 }

@@ -330,7 +330,7 @@ pub(crate) fn spawn(
     state: &AppState,
     every: Duration,
     cancel: CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<tokio::task::JoinHandle<Option<()>>> {
     if !state
         .sources
         .values()
@@ -346,7 +346,23 @@ pub(crate) fn spawn(
                 .is_none_or(|a| a.standing() == Standing::Unknown)
         })
     };
-    Some(tokio::spawn(async move {
+    Some(
+        state
+            .tasks
+            .supervise("window audit", cancel.clone(), move || {
+                audit_every(audited.clone(), every, cancel.clone(), pending)
+            }),
+    )
+}
+
+/// [`spawn`]'s task.
+async fn audit_every(
+    audited: Vec<Audited>,
+    every: Duration,
+    cancel: CancellationToken,
+    pending: impl Fn(&[Audited]) -> bool,
+) {
+    {
         let mut wait = if pending(&audited) {
             UNKNOWN_EVERY.min(every)
         } else {
@@ -367,7 +383,7 @@ pub(crate) fn spawn(
                 every
             };
         }
-    }))
+    }
 }
 
 /// How soon a destination whose window is not known (the broker did not answer) is audited

@@ -37,8 +37,9 @@ const IDLE_MAX: Duration = Duration::from_secs(1);
 /// How often queue lag is held against each source's `queue_lag`.
 const LAG_CHECK: Duration = Duration::from_secs(60);
 
-/// Starts one dispatcher per inbox source; each stops when `cancel` fires.
-pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHandle<()>> {
+/// Starts one dispatcher per inbox source, supervised (a dispatcher that panics is restarted
+/// with backoff); each stops when `cancel` fires.
+pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHandle<Option<()>>> {
     let mut names: Vec<_> = state
         .sources
         .values()
@@ -48,7 +49,14 @@ pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHan
     names.sort();
     names
         .into_iter()
-        .map(|name| tokio::spawn(run(state.clone(), name, cancel.clone())))
+        .map(|name| {
+            let (task, cancel) = (state.clone(), cancel.clone());
+            state
+                .tasks
+                .supervise(format!("dispatcher:{name}"), cancel.clone(), move || {
+                    run(task.clone(), name.clone(), cancel.clone())
+                })
+        })
         .collect()
 }
 
@@ -124,11 +132,18 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
         max_attempts = d.max_attempts.get(),
         "dispatching the inbox"
     );
+    let reaped = format!("delivery:{source}");
     loop {
-        while deliveries.try_join_next().is_some() {}
+        while let Some(done) = deliveries.try_join_next() {
+            if let Err(e) = done {
+                state.tasks.reap(&reaped, e);
+            }
+        }
         if cancel.is_cancelled() {
             break;
         }
+        #[cfg(test)]
+        tests::panic_if_asked(&source);
         if lag_checked.elapsed() >= LAG_CHECK {
             lag_checked = Instant::now();
             warn_on_lag(&state, src).await;
@@ -138,7 +153,11 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
             // Every slot is delivering: wait for one to finish.
             tokio::select! {
                 () = cancel.cancelled() => break,
-                _ = deliveries.join_next() => {}
+                done = deliveries.join_next() => {
+                    if let Some(Err(e)) = done {
+                        state.tasks.reap(&reaped, e);
+                    }
+                }
             }
             continue;
         };
@@ -377,7 +396,148 @@ async fn warn_on_lag(state: &AppState, src: &Source) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    /// Sources whose dispatcher panics once, at its next turn: a test's fault.
+    static PANIC_ONCE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    pub(super) fn panic_if_asked(source: &str) {
+        let mut asked = PANIC_ONCE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = asked.iter().position(|s| s == source) {
+            asked.remove(i);
+            drop(asked);
+            panic!("a test made the dispatcher of {source} panic");
+        }
+    }
+
+    async fn get(state: &AppState, path: &str) -> (axum::http::StatusCode, String) {
+        use tower::ServiceExt;
+        let req = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let res = crate::app(state.clone()).oneshot(req).await.unwrap();
+        let status = res.status();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// A dispatcher that panics is reported (the log, `/metrics`, `/healthz`'s `tasks`
+    /// component) and restarted: the items queued meanwhile are delivered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dispatcher_that_panics_is_reported_and_restarted() {
+        use tower::ServiceExt;
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let downstream = axum::Router::new().route(
+            "/hook",
+            axum::routing::post({
+                let delivered = delivered.clone();
+                move || {
+                    let delivered = delivered.clone();
+                    async move {
+                        delivered.fetch_add(1, Ordering::SeqCst);
+                        axum::http::StatusCode::OK
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, downstream).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::Config::from_toml(&format!(
+            "[[source]]\nname = \"panicky\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+             mode = \"inbox\"\nforward_url = \"{url}\"\n\
+             [store]\nkind = \"sqlite\"\npath = {:?}\n",
+            dir.path().display().to_string()
+        ))
+        .unwrap();
+        let state = crate::open(&config).await.unwrap();
+        PANIC_ONCE.lock().unwrap().push("panicky".to_owned());
+        let cancel = CancellationToken::new();
+        let dispatchers = spawn(&state, &cancel);
+
+        // The panic: counted, and shown while the dispatcher waits to be restarted.
+        let started = Instant::now();
+        while state.metrics.task_panics("dispatcher:panicky") == 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "no panic seen");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (_, health) = get(&state, "/healthz").await;
+        let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+        assert_eq!(health["status"], "degraded", "{health}");
+        let tasks = health["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "tasks")
+            .unwrap_or_else(|| panic!("no tasks component in {health}"));
+        assert_eq!(tasks["status"], "down", "{tasks}");
+        let why = tasks["error"].as_str().unwrap();
+        assert!(
+            why.contains(
+                "dispatcher:panicky panicked (a test made the dispatcher of panicky panic)"
+            ),
+            "{why}"
+        );
+
+        // Restarted: an event queued now is delivered.
+        let body = r#"{"id": "evt_after_panic", "object": "event"}"#;
+        let verifier = crate::verifier(&config.sources[0]).unwrap();
+        let mut headers = verifier
+            .sign(
+                "evt_after_panic",
+                std::time::SystemTime::now(),
+                body.as_bytes(),
+            )
+            .unwrap();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        let mut req = axum::http::Request::post("/hooks/panicky")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        *req.headers_mut() = headers;
+        let res = crate::app(state.clone()).oneshot(req).await.unwrap();
+        assert_eq!(res.status(), axum::http::StatusCode::ACCEPTED);
+        let started = Instant::now();
+        while delivered.load(Ordering::SeqCst) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the restarted dispatcher delivered nothing"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(state.dispatchers.stopped(&state).is_empty());
+        let (_, health) = get(&state, "/healthz").await;
+        let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+        let tasks = health["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "tasks")
+            .unwrap();
+        assert_eq!(tasks["status"], "warn", "{tasks}");
+        assert!(
+            tasks["error"]
+                .as_str()
+                .unwrap()
+                .contains("and was restarted"),
+            "{tasks}"
+        );
+        let (_, metrics) = get(&state, "/metrics").await;
+        assert!(
+            metrics.contains("idemgate_task_panics_total{task=\"dispatcher:panicky\"} 1"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("idemgate_tasks_down 0"), "{metrics}");
+
+        cancel.cancel();
+        for d in dispatchers {
+            assert_eq!(d.await.unwrap(), Some(()));
+        }
+    }
 
     #[test]
     fn backoff_doubles_with_jitter_and_honours_retry_after() {

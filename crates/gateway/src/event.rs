@@ -98,7 +98,9 @@ pub(crate) async fn handle(
         })
     };
     task.await.unwrap_or_else(|e| {
-        tracing::error!(source = %src.name, error = %e, "a forward's task failed");
+        // A panic is logged and counted as the background tasks' are; the claim's guard
+        // released it as the task unwound.
+        state.tasks.reap(&format!("forward:{}", src.name), e);
         Err(AppError::Internal {
             what: "the forward's task failed",
         })

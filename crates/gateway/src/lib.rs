@@ -30,6 +30,8 @@
 //!   `/readyz` (the store at this binary's schema, the dispatchers running) and `/metrics`
 //!   (Prometheus); [`router`] serves them, with the dashboard, on `admin_listen` when it is set.
 //! - `health`: the judgements `/healthz`, `/readyz` and the dashboard share.
+//! - `tasks`: the background tasks, supervised: a panic is logged, counted, shown on `/healthz`
+//!   and the task restarted with backoff.
 //! - `process`: this process's identity (for its boot) and its `process_*` metrics.
 //! - [`dashboard`]: `/dashboard`, one server-rendered HTML page with SVG charts (loopback
 //!   only unless a token is presented), and one page per event.
@@ -63,6 +65,7 @@ mod ingest;
 mod process;
 mod server;
 mod state;
+mod tasks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

@@ -106,6 +106,13 @@ pub struct Metrics {
     connections_refused: Counter,
     dispatch_duration: Family<BySource, Histogram, fn() -> Histogram>,
     dispatches: Family<Dispatched, Counter>,
+    task_panics: Family<TaskLabel, Counter>,
+    tasks_down: Gauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabel {
+    task: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -155,8 +162,20 @@ impl Default for Metrics {
                 dispatch_histogram as fn() -> Histogram,
             );
         let dispatches = Family::<Dispatched, Counter>::default();
+        let task_panics = Family::<TaskLabel, Counter>::default();
+        let tasks_down = Gauge::default();
 
         let mut registry = Registry::default();
+        registry.register(
+            "idemgate_task_panics",
+            "Panics of the gateway's background tasks (each supervised task is restarted with backoff), by task",
+            task_panics.clone(),
+        );
+        registry.register(
+            "idemgate_tasks_down",
+            "Supervised background tasks not running now (waiting to be restarted after a panic)",
+            tasks_down.clone(),
+        );
         registry.register(
             "idemgate_build_info",
             "The running build: its version (always 1)",
@@ -253,6 +272,8 @@ impl Default for Metrics {
             connections_refused,
             dispatch_duration,
             dispatches,
+            task_panics,
+            tasks_down,
         }
     }
 }
@@ -511,6 +532,29 @@ impl Metrics {
                 result,
             })
             .get()
+    }
+
+    /// Counts one panic of the background task `task` (`sweeper`, `dispatcher:{source}`, ...).
+    pub fn task_panic(&self, task: &str) {
+        self.task_panics
+            .get_or_create(&TaskLabel {
+                task: task.to_owned(),
+            })
+            .inc();
+    }
+
+    /// How many times `task` panicked (for tests and logs).
+    pub fn task_panics(&self, task: &str) -> u64 {
+        self.task_panics
+            .get(&TaskLabel {
+                task: task.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Sets how many supervised tasks wait to be restarted.
+    pub fn tasks_down(&self, down: usize) {
+        self.tasks_down.set(i64::try_from(down).unwrap_or(i64::MAX));
     }
 
     /// Counts a connection being served until the guard is dropped.

@@ -277,10 +277,30 @@ fn spawn_heartbeat(
     lease: Duration,
     stop: CancellationToken,
     superseded: CancellationToken,
-) -> Option<tokio::task::JoinHandle<Option<StoreError>>> {
+) -> Option<tokio::task::JoinHandle<Option<Option<StoreError>>>> {
     let holder = state.holder.clone()?;
     let store = state.store.clone();
-    Some(tokio::spawn(async move {
+    let cancel = stop.clone();
+    Some(state.tasks.supervise("heartbeat", cancel, move || {
+        heartbeat(
+            store.clone(),
+            holder.clone(),
+            lease,
+            stop.clone(),
+            superseded.clone(),
+        )
+    }))
+}
+
+/// [`spawn_heartbeat`]'s task: `None` when stopped, the error when superseded.
+async fn heartbeat(
+    store: AnyStore,
+    holder: idemgate_core::Holder,
+    lease: Duration,
+    stop: CancellationToken,
+    superseded: CancellationToken,
+) -> Option<StoreError> {
+    {
         let every = lease / 4;
         let mut renewed = Instant::now();
         let mut lapsed = false;
@@ -321,7 +341,7 @@ fn spawn_heartbeat(
                 }
             }
         }
-    }))
+    }
 }
 
 /// Serves `listener` with a state from [`open`] (or built over a store of the caller's), until
@@ -461,7 +481,7 @@ pub async fn serve_on(
         }
     }
     let superseded_by = match heartbeat {
-        Some(task) => task.await.ok().flatten(),
+        Some(task) => task.await.ok().flatten().flatten(),
         None => None,
     };
     // Stopped with everything settled: the next boot of this name may start at once.
@@ -470,6 +490,13 @@ pub async fn serve_on(
         && let Err(e) = state.store.end_boot(holder).await
     {
         tracing::warn!(error = %ErrorChain(&e), "cannot end this boot's liveness lease; the next start under its name waits for it to lapse");
+    }
+    // What the dashboard started (a count of a large store) gets a moment to finish.
+    if tokio::time::timeout(Duration::from_secs(2), state.tasks.close())
+        .await
+        .is_err()
+    {
+        tracing::debug!("background work the pages started is still running");
     }
     // The data directory is free for the next gateway at once (a task the page left running may
     // hold the state a moment longer).

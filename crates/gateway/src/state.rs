@@ -135,6 +135,8 @@ pub struct Inner {
     pub(crate) body_budget: crate::budget::BodyBudget,
     /// The inbox sources whose dispatcher runs now.
     pub(crate) dispatchers: crate::dispatch::Running,
+    /// The background tasks, supervised: panics logged, counted, shown, and restarted.
+    pub(crate) tasks: crate::tasks::Tasks,
     /// `trusted_proxies`: whose `X-Forwarded-For` names the client.
     pub(crate) trusted_proxies: Arc<[crate::allow::Cidr]>,
     /// The SQLite data directory's serve lock, held while this gateway runs ([`crate::open`]).
@@ -252,6 +254,7 @@ impl AppState {
             inbox_wakeup: tokio::sync::Notify::new(),
             forwards: tokio_util::task::TaskTracker::new(),
             dispatchers: crate::dispatch::Running::default(),
+            tasks: crate::tasks::Tasks::new(metrics.clone()),
             trusted_proxies: config.trusted_proxies().into(),
             data_lock: Mutex::default(),
             archiving: config
@@ -487,7 +490,10 @@ impl AppState {
             return Counted::Fresh(Some(stats));
         }
         let state = self.clone();
-        let counting = tokio::spawn(async move { state.store_stats().await });
+        let (tx, counting) = tokio::sync::oneshot::channel();
+        self.tasks.spawn_once("store count", async move {
+            let _ = tx.send(state.store_stats().await);
+        });
         match tokio::time::timeout_at(deadline, counting).await {
             Ok(counted) => Counted::Fresh(counted.ok().flatten()),
             Err(_) => match &*self.stats.lock().unwrap_or_else(|p| p.into_inner()) {

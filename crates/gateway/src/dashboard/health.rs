@@ -174,6 +174,20 @@ pub(super) fn archive_health(state: &AppState) -> Option<Health> {
     })
 }
 
+/// The supervised background tasks, judged as `/healthz` judges them.
+pub(super) fn tasks_health(state: &AppState) -> Health {
+    let verdict = state.tasks.verdict();
+    Health {
+        name: "background tasks",
+        light: match verdict.level {
+            crate::health::Level::Ok => Light::Green,
+            crate::health::Level::Warn => Light::Amber,
+            crate::health::Level::Bad => Light::Red,
+        },
+        why: verdict.why,
+    }
+}
+
 /// The broker destinations' window audits, judged as `/healthz` judges them. `None` when no
 /// source publishes to a broker.
 pub(super) fn destination_health(state: &AppState) -> Option<Health> {

@@ -169,10 +169,11 @@ fn refresh_advice(state: &AppState) {
     if state.dashboard.refreshing.swap(true, Ordering::AcqRel) {
         return;
     }
-    let state = state.clone();
-    tokio::spawn(async move {
-        let dash = &state.dashboard;
-        match advise_all(&state).await {
+    let task = state.clone();
+    state.tasks.spawn_once("dashboard advice", async move {
+        let dash = &task.dashboard;
+        let _refreshing = Refreshing(dash);
+        match advise_all(&task).await {
             Ok(a) => {
                 *dash.advice.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(a));
                 *dash.advice_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -183,9 +184,18 @@ fn refresh_advice(state: &AppState) {
                 *dash.advice_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             }
         }
-        dash.refreshing.store(false, Ordering::Release);
-        dash.refreshed.notify_waiters();
     });
+}
+
+/// Held while the advisor's figures are computed: its drop clears `refreshing` and wakes the
+/// pages waiting, however the computation ends (a panic included).
+struct Refreshing<'a>(&'a kept::Dashboard);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::Release);
+        self.0.refreshed.notify_waiters();
+    }
 }
 
 /// One source's counters in `/metrics`: `idemgate_deliveries` by outcome and
@@ -467,6 +477,7 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     if let Some(archive) = health::archive_health(state) {
         health.push(archive);
     }
+    health.push(health::tasks_health(state));
     if let Ok(Some(advised)) = &advised {
         health.push(health::ttl_health(advised));
     }

@@ -65,23 +65,37 @@ pub(super) fn start(state: &AppState, source: &SourceName) {
     if lock(&dash.no_timeline).contains(source) || !lock(&dash.counting).insert(source.clone()) {
         return;
     }
-    let (state, source) = (state.clone(), source.clone());
-    tokio::spawn(async move {
+    let task = (state.clone(), source.clone());
+    state.tasks.spawn_once("dashboard timeline", async move {
+        let (state, source) = &task;
         let dash = &state.dashboard;
-        match read(&state, &source).await {
+        let _counting = Counting { dash, source };
+        match read(state, source).await {
             Ok(d) => {
                 if d.hour.is_none() && d.day.is_none() {
                     lock(&dash.no_timeline).insert(source.clone());
                 }
-                lock(&dash.count_errors).remove(&source);
+                lock(&dash.count_errors).remove(source);
             }
             Err(why) => {
                 lock(&dash.count_errors).insert(source.clone(), why);
             }
         }
-        lock(&dash.counting).remove(&source);
-        dash.counted.notify_waiters();
     });
+}
+
+/// Held while a source's deliveries are counted: its drop takes the source out of `counting`
+/// and wakes the pages waiting, however the count ends (a panic included).
+struct Counting<'a> {
+    dash: &'a super::kept::Dashboard,
+    source: &'a SourceName,
+}
+
+impl Drop for Counting<'_> {
+    fn drop(&mut self) {
+        lock(&self.dash.counting).remove(self.source);
+        self.dash.counted.notify_waiters();
+    }
 }
 
 /// `source`'s counts as last kept.
