@@ -218,8 +218,11 @@ async fn claim(state: &AppState, req: ClaimBody) -> Result<Response, AppError> {
             ..ClaimAnswer::new(Outcome::Duplicate)
         }
         .into_response(StatusCode::OK),
-        ClaimOutcome::InFlight { retry_after } => return Err(AppError::InFlight { retry_after }),
-        ClaimOutcome::Conflict { first_seen } => return Err(AppError::Conflict { first_seen }),
+        ClaimOutcome::InFlight { .. } | ClaimOutcome::Conflict { .. } => {
+            return Err(AppError::refused(
+                idemgate::answer::Seen::of_claim(&outcome).expect("not claimed"),
+            ));
+        }
     })
 }
 

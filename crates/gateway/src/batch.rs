@@ -93,7 +93,11 @@ impl Event {
             Err(e) => {
                 let (status, outcome) = e.status_and_outcome();
                 let verdict = match e {
-                    AppError::Conflict { .. } => Verdict::Refused,
+                    AppError::Refused(ref r)
+                        if matches!(r.seen, idemgate::answer::Seen::Conflict { .. }) =>
+                    {
+                        Verdict::Refused
+                    }
                     _ => Verdict::Failed(status),
                 };
                 Self {

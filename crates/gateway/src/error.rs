@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemgate_core::{StoreError, Timestamp};
+use idemgate_core::StoreError;
 use serde::Serialize;
 
 pub use crate::outcome::HEADER as OUTCOME;
@@ -116,10 +116,10 @@ pub enum AppError {
     /// A valid token without the scope the route needs.
     #[error("the bearer token is not for this: it lacks the scope {}", scope.as_str())]
     Scope { scope: crate::config::Scope },
-    #[error("another delivery of this event is being processed; retry after {} s", retry_after.as_secs().max(1))]
-    InFlight { retry_after: Duration },
-    #[error("this event id was first received at {first_seen} with a different payload")]
-    Conflict { first_seen: Timestamp },
+    /// In flight, or a conflict the source rejects: answered as [`idemgate::answer`] says, as
+    /// the tower layer answers it.
+    #[error("{}", .0.problem.as_deref().unwrap_or("refused"))]
+    Refused(idemgate::answer::Reply),
     #[error("the claim token is stale: the claim was taken over, released or expired")]
     StaleToken,
     #[error(
@@ -175,8 +175,7 @@ impl AppError {
             Self::ForbiddenPeer { .. } => (StatusCode::FORBIDDEN, Outcome::ForbiddenPeer),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, Outcome::Unauthorized),
             Self::Scope { .. } => (StatusCode::FORBIDDEN, Outcome::InsufficientScope),
-            Self::InFlight { .. } => (StatusCode::CONFLICT, Outcome::InFlight),
-            Self::Conflict { .. } => (StatusCode::CONFLICT, Outcome::Conflict),
+            Self::Refused(reply) => (reply.status, reply.seen.into()),
             Self::StaleToken => (StatusCode::CONFLICT, Outcome::StaleToken),
             Self::CompletedClaim => (StatusCode::CONFLICT, Outcome::CompletedClaim),
             Self::ForwardFailed { .. } => (StatusCode::BAD_GATEWAY, Outcome::ForwardFailed),
@@ -204,6 +203,14 @@ impl AppError {
     }
 }
 
+impl AppError {
+    /// `seen` refused as [`idemgate::answer`] says, a conflict always rejected (the claim API's
+    /// answer to a conflict, and `on_conflict = "reject"`'s).
+    pub(crate) fn refused(seen: idemgate::answer::Seen) -> Self {
+        Self::Refused(seen.reply(idemgate::OnConflict::Reject))
+    }
+}
+
 impl From<StoreError> for AppError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -221,18 +228,15 @@ impl IntoResponse for AppError {
             tracing::error!(error = %ErrorChain(e), "store error");
         }
         let mut problem = Problem::new(status, outcome, self.to_string());
-        match &self {
-            Self::InFlight { retry_after } => {
-                problem.retry_after_s = Some(retry_after.as_secs().max(1));
-            }
-            Self::Conflict { first_seen } => problem.first_seen = Some(first_seen.to_string()),
-            _ => {}
+        if let Self::Refused(reply) = &self {
+            problem.retry_after_s = reply.retry_after_s;
+            problem.first_seen = reply.seen.first_seen().map(|t| t.to_string());
         }
         let mut response = problem.into_response_with(outcome);
         // When to come back: the lease's end for an event in flight; a second for a store that
         // is failing or a gateway that is stopping (another instance, or this one restarted).
         let retry_after = match &self {
-            Self::InFlight { retry_after } => Some(retry_after.as_secs().max(1)),
+            Self::Refused(reply) => reply.retry_after_s,
             Self::Store(_)
             | Self::ShuttingDown
             | Self::BodyBudget { .. }

@@ -7,7 +7,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
-use idemgate::{Claimed, Finish, Once, ProcessError};
+use idemgate::answer::Seen;
+use idemgate::{Claimed, Finish, ProcessError};
 use idemgate_core::inbox::QueuedItem;
 use idemgate_core::{ClaimMode, ClaimOutcome, ClaimToken};
 use serde::Serialize;
@@ -122,7 +123,7 @@ enum Guarded {
 /// sign their id headers, GitHub signs no timestamp) finds it and is a duplicate.
 ///
 /// # Errors
-/// The store's, or the in-flight answer ([`AppError::InFlight`]).
+/// The store's, or the in-flight answer ([`AppError::Refused`]).
 async fn guard_body(
     state: &AppState,
     src: &Source,
@@ -145,19 +146,45 @@ async fn guard_body(
         ..claim.clone()
     }
     .mode(ClaimMode::OnSuccess);
-    Ok(match state.dedup.claim(guard).await? {
-        ClaimOutcome::Claimed { token, .. } => Guarded::Claimed(Some(token)),
-        ClaimOutcome::Duplicate { first_seen, .. }
-        | ClaimOutcome::LateDuplicate { first_seen, .. } => Guarded::Answered(Handled::ok(
-            Outcome::Duplicate,
-            Answer::first_seen(first_seen),
-        )),
-        ClaimOutcome::InFlight { retry_after } => return Err(AppError::InFlight { retry_after }),
+    let outcome = state.dedup.claim(guard).await?;
+    Ok(match Seen::of_claim(&outcome) {
+        None => match outcome {
+            ClaimOutcome::Claimed { token, .. } => Guarded::Claimed(Some(token)),
+            _ => unreachable!("of_claim is None only for a claim"),
+        },
+        // The payload was processed before: a duplicate, late or not (history does not tell a
+        // payload's story apart from its event's).
+        Some(Seen::LateDuplicate { first_seen }) => Guarded::Answered(answered(
+            Seen::Duplicate {
+                first_seen: Some(first_seen),
+            },
+            OnConflict::Duplicate,
+        )?),
         // The key is the payload's own fingerprint: another payload cannot reach it.
-        ClaimOutcome::Conflict { first_seen } => Guarded::Answered(Handled::ok(
-            Outcome::Conflict,
-            Answer::first_seen(first_seen),
-        )),
+        Some(seen) => Guarded::Answered(answered(seen, OnConflict::Duplicate)?),
+    })
+}
+
+/// An event this request did not process, answered as [`idemgate::answer`] says (the tower
+/// layer's answers too): a duplicate or a conflict kept is 200 with its first receipt; in
+/// flight, or a conflict the source rejects, is refused.
+///
+/// # Errors
+/// [`AppError::Refused`].
+pub(crate) fn answered(seen: Seen, on_conflict: OnConflict) -> Result<Handled, AppError> {
+    let reply = seen.reply(on_conflict);
+    if reply.problem.is_some() {
+        return Err(AppError::Refused(reply));
+    }
+    Ok(Handled {
+        outcome: seen.into(),
+        status: reply.status,
+        answer: Answer {
+            first_seen: seen.first_seen().map(|t| t.to_string()),
+            // Processed here a moment ago; the store has not taken the completion yet.
+            completion: matches!(seen, Seen::Duplicate { first_seen: None }).then_some("pending"),
+            ..Answer::default()
+        },
     })
 }
 
@@ -241,8 +268,8 @@ async fn forward_once(
             result.map(|sent| (attempt, Some(sent)))
         })
         .await;
-    match once {
-        Ok(Once::Processed((attempt, None))) => Ok(Handled::ok(
+    match once.map(Seen::of_once) {
+        Ok(Ok((attempt, None))) => Ok(Handled::ok(
             Outcome::Accepted,
             Answer {
                 attempt: Some(attempt),
@@ -251,7 +278,7 @@ async fn forward_once(
         )),
         // The downstream has it: the sender is told so, whatever the store said of the
         // completion (one it missed is retried until it takes it).
-        Ok(Once::Processed((attempt, Some(sent)))) => Ok(Handled::ok(
+        Ok(Ok((attempt, Some(sent)))) => Ok(Handled::ok(
             Outcome::Forwarded,
             Answer {
                 attempt: Some(attempt),
@@ -259,32 +286,7 @@ async fn forward_once(
                 ..Answer::default()
             },
         )),
-        Ok(Once::LateDuplicate { first_seen }) => Ok(Handled::ok(
-            Outcome::LateDuplicate,
-            Answer::first_seen(first_seen),
-        )),
-        Ok(Once::Duplicate {
-            first_seen: Some(first_seen),
-        }) => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer::first_seen(first_seen),
-        )),
-        // Processed here a moment ago; the store has not taken the completion yet.
-        Ok(Once::Duplicate { first_seen: None }) => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer {
-                completion: Some("pending"),
-                ..Answer::default()
-            },
-        )),
-        Ok(Once::InFlight { retry_after }) => Err(AppError::InFlight { retry_after }),
-        Ok(Once::Conflict { first_seen }) => match src.on_conflict {
-            OnConflict::Duplicate => Ok(Handled::ok(
-                Outcome::Conflict,
-                Answer::first_seen(first_seen),
-            )),
-            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
-        },
+        Ok(Err(seen)) => answered(seen, src.on_conflict),
         Err(ProcessError::Store(e)) => Err(e.into()),
         Err(ProcessError::Failed(failure)) => Err(match failure {
             Failure::Status { status, .. } => AppError::ForwardFailed { status },
@@ -339,8 +341,9 @@ async fn queue(
             .into_iter()
             .collect(),
     };
-    match state.enqueue(claim, item).await? {
-        ClaimOutcome::Claimed { token, .. } => Ok(Handled {
+    let outcome = state.enqueue(claim, item).await?;
+    match (Seen::of_claim(&outcome), outcome) {
+        (None, ClaimOutcome::Claimed { token, .. }) => Ok(Handled {
             outcome: Outcome::Queued,
             answer: Answer {
                 attempt: Some(token.attempt),
@@ -348,22 +351,8 @@ async fn queue(
             },
             status: StatusCode::ACCEPTED,
         }),
-        ClaimOutcome::Duplicate { first_seen, .. } => Ok(Handled::ok(
-            Outcome::Duplicate,
-            Answer::first_seen(first_seen),
-        )),
-        ClaimOutcome::LateDuplicate { first_seen, .. } => Ok(Handled::ok(
-            Outcome::LateDuplicate,
-            Answer::first_seen(first_seen),
-        )),
-        ClaimOutcome::InFlight { retry_after } => Err(AppError::InFlight { retry_after }),
-        ClaimOutcome::Conflict { first_seen } => match src.on_conflict {
-            OnConflict::Duplicate => Ok(Handled::ok(
-                Outcome::Conflict,
-                Answer::first_seen(first_seen),
-            )),
-            OnConflict::Reject => Err(AppError::Conflict { first_seen }),
-        },
+        (Some(seen), _) => answered(seen, src.on_conflict),
+        (None, _) => unreachable!("of_claim is None only for a claim"),
     }
 }
 
@@ -391,13 +380,4 @@ pub(crate) struct Answer {
     /// SNS's subscription handshake: the topic.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) topic_arn: Option<String>,
-}
-
-impl Answer {
-    pub(crate) fn first_seen(at: idemgate_core::Timestamp) -> Self {
-        Self {
-            first_seen: Some(at.to_string()),
-            ..Self::default()
-        }
-    }
 }

@@ -232,6 +232,18 @@ pub(crate) fn labelled(label: String, mut response: Response) -> Response {
     response
 }
 
+impl From<idemgate::answer::Seen> for Outcome {
+    fn from(seen: idemgate::answer::Seen) -> Self {
+        use idemgate::answer::Seen;
+        match seen {
+            Seen::Duplicate { .. } => Self::Duplicate,
+            Seen::LateDuplicate { .. } => Self::LateDuplicate,
+            Seen::InFlight { .. } => Self::InFlight,
+            Seen::Conflict { .. } => Self::Conflict,
+        }
+    }
+}
+
 impl serde::Serialize for Outcome {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())

@@ -56,7 +56,8 @@ use idemgate_core::{ClaimRequest, Fingerprint, Key, SourceName};
 use idemgate_providers::Verifier;
 use sha2::{Digest, Sha256};
 
-use crate::dedup::{Claimed, Dedup, Once, ProcessError};
+use crate::answer::Seen;
+use crate::dedup::{Claimed, Dedup, ProcessError};
 
 /// A response of the layer's own (a duplicate, a refusal), as problem+json or JSON.
 pub type Own = Full<Bytes>;
@@ -287,58 +288,12 @@ where
                 })
                 .await;
             Ok(match once {
-                Ok(Once::Processed(response)) => response.map(Either::Left),
-                Ok(Once::Duplicate { first_seen }) => answer(
-                    StatusCode::OK,
-                    "duplicate",
-                    serde_json::json!({
-                        "outcome": "duplicate",
-                        "first_seen": first_seen.map(|t| t.to_string()),
-                    }),
-                ),
-                Ok(Once::LateDuplicate { first_seen }) => answer(
-                    StatusCode::OK,
-                    "late_duplicate",
-                    serde_json::json!({
-                        "outcome": "late_duplicate",
-                        "first_seen": first_seen.to_string(),
-                    }),
-                ),
-                Ok(Once::InFlight { retry_after }) => {
-                    let mut r = problem(
-                        StatusCode::CONFLICT,
-                        "in_flight",
-                        "another delivery of this event is being processed",
-                    );
-                    r.headers_mut().insert(
-                        header::RETRY_AFTER,
-                        HeaderValue::from(retry_after.as_secs().max(1)),
-                    );
-                    r.map(Either::Right)
-                }
-                Ok(Once::Conflict { first_seen }) => match layer.on_conflict {
-                    OnConflict::Duplicate => answer(
-                        StatusCode::OK,
-                        "conflict",
-                        serde_json::json!({
-                            "outcome": "conflict",
-                            "first_seen": first_seen.to_string(),
-                        }),
-                    ),
-                    OnConflict::Reject => {
-                        let detail = format!(
-                            "this event id was first received at {first_seen} with a different payload"
-                        );
-                        let mut body = problem_body(StatusCode::CONFLICT, "conflict", &detail);
-                        body["first_seen"] = serde_json::json!(first_seen.to_string());
-                        with_body(
-                            StatusCode::CONFLICT,
-                            "conflict",
-                            "application/problem+json",
-                            body,
-                        )
-                        .map(Either::Right)
-                    }
+                Ok(once) => match Seen::of_once(once) {
+                    Ok(response) => response.map(Either::Left),
+                    Err(seen) => seen
+                        .reply(layer.on_conflict)
+                        .into_response()
+                        .map(Either::Right),
                 },
                 Err(ProcessError::Failed(Failed::Status(response))) => response.map(Either::Left),
                 Err(ProcessError::Failed(Failed::Service(e))) => return Err(e),
@@ -358,14 +313,6 @@ where
     }
 }
 
-fn answer<L>(
-    status: StatusCode,
-    outcome: &'static str,
-    body: serde_json::Value,
-) -> Response<Either<L, Own>> {
-    with_body(status, outcome, "application/json", body).map(Either::Right)
-}
-
 /// A problem+json answer (RFC 9457) with `Idemgate-Outcome: kind`.
 pub fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response<Own> {
     with_body(
@@ -376,7 +323,11 @@ pub fn problem(status: StatusCode, kind: &'static str, detail: &str) -> Response
     )
 }
 
-fn problem_body(status: StatusCode, kind: &'static str, detail: &str) -> serde_json::Value {
+pub(crate) fn problem_body(
+    status: StatusCode,
+    kind: &'static str,
+    detail: &str,
+) -> serde_json::Value {
     serde_json::json!({
         "type": format!("urn:idemgate:problem:{kind}"),
         "title": status.canonical_reason().unwrap_or("error"),
@@ -385,7 +336,7 @@ fn problem_body(status: StatusCode, kind: &'static str, detail: &str) -> serde_j
     })
 }
 
-fn with_body(
+pub(crate) fn with_body(
     status: StatusCode,
     outcome: &'static str,
     content_type: &'static str,

@@ -189,6 +189,7 @@
 //! More: the gateway and its configuration,
 //! <https://docs.rs/idemgate-gateway>; the command line, `idemgate --help`.
 
+pub mod answer;
 pub mod config;
 pub mod health;
 pub mod layer;

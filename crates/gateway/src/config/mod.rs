@@ -235,16 +235,9 @@ fn default_shutdown_grace() -> Duration {
     Duration::from_secs(15)
 }
 
-/// What to do with a delivery whose id is live with another payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OnConflict {
-    /// Answer as a duplicate (200); still recorded and counted.
-    #[default]
-    Duplicate,
-    /// Answer 409.
-    Reject,
-}
+/// What to do with a delivery whose id is live with another payload: the facade's, answered as
+/// [`idemgate::answer`] says.
+pub use idemgate::OnConflict;
 
 /// What to do when a broker destination's own dedup window is shorter than the time after a
 /// first publish at which idemgate may publish the same event again (the window audit).
