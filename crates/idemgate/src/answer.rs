@@ -17,7 +17,38 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use idemgate_core::{ClaimOutcome, Timestamp};
 
-use crate::{OnConflict, Once};
+use crate::Once;
+
+/// What to answer a delivery whose event id is live with another payload (a different SHA-256
+/// of the body): [`Once::Conflict`](crate::Once::Conflict). The gateway's per-source `on_conflict`, with the same names
+/// and the same default. Either way the service is not called, and the store records the
+/// conflict in history (outcome `conflict`), where `idemgate lookup` and the dashboard show it.
+///
+/// Why a 200 by default: while the first record lives, every retry of the other payload is a
+/// conflict again, so a 409 can never get it processed. It only keeps the sender retrying for
+/// its whole retry window (Stripe: three days) and then marks the endpoint as failing. And some
+/// senders resend one event id with bytes their signature does not cover changed (Mailgun's
+/// `event-data`), which is the same event. Choose [`OnConflict::Reject`] where the sender reads
+/// the status and another payload under one id is a bug it should hear of (an internal bus).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// Answer 200 with `Idemgate-Outcome: conflict` (the default): the sender stops retrying.
+    #[default]
+    Duplicate,
+    /// Answer 409 `conflict` (a problem+json naming the first receipt): the sender retries.
+    Reject,
+}
+
+impl OnConflict {
+    /// The policy as written in configuration (`duplicate`, `reject`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Reject => "reject",
+        }
+    }
+}
 
 /// A delivery this call did not process, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +181,7 @@ impl Reply {
                 "first_seen": first_seen,
             }),
             Some(detail) => {
-                let mut body = crate::layer::problem_body(self.status, self.seen.name(), detail);
+                let mut body = problem_body(self.status, self.seen.name(), detail);
                 if let Some(first_seen) = first_seen {
                     body["first_seen"] = serde_json::json!(first_seen);
                 }
@@ -170,14 +201,41 @@ impl Reply {
         } else {
             "application/json"
         };
-        let mut r =
-            crate::layer::with_body(self.status, self.seen.name(), content_type, self.body());
+        let mut r = with_body(self.status, self.seen.name(), content_type, self.body());
         if let Some(s) = self.retry_after_s {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         r
     }
+}
+
+pub(crate) fn problem_body(
+    status: StatusCode,
+    kind: &'static str,
+    detail: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "type": format!("urn:idemgate:problem:{kind}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    })
+}
+
+pub(crate) fn with_body(
+    status: StatusCode,
+    outcome: &'static str,
+    content_type: &'static str,
+    body: serde_json::Value,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert("idemgate-outcome", HeaderValue::from_static(outcome));
+    r
 }
 
 #[cfg(test)]

@@ -200,6 +200,7 @@ mod dedup;
 mod error;
 mod finish;
 
+pub use crate::answer::OnConflict;
 pub use crate::config::{StoreConfig, StoreConfigError, StoreKind};
 pub use crate::dedup::{
     CLAIM_WAIT, ClaimObserver, Claimed, Dedup, DedupBuilder, FAILING_CLAIM_WAIT, Once, ProcessError,
@@ -208,7 +209,7 @@ pub use crate::error::ErrorChain;
 pub use crate::finish::{Finish, Finisher};
 pub use crate::health::NoAnswer;
 pub use crate::health::WriteHealth;
-pub use crate::layer::{IdempotencyLayer, OnConflict};
+pub use crate::layer::IdempotencyLayer;
 pub use crate::store::{AnyStore, Engine, Migrated, OpenError, migrate};
 pub use crate::view::EventReport;
 
