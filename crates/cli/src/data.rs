@@ -190,6 +190,10 @@ pub(crate) async fn sweep(
     dry_run: bool,
 ) -> anyhow::Result<()> {
     let (store, name) = open(args, Some((batch, pause))).await?;
+    if idemgate_core::Capabilities::sweep(&store).is_none() {
+        outln!("{name} expires its records by itself: nothing to sweep");
+        return Ok(());
+    }
     let before = store.stats().await?;
     if dry_run {
         outln!(

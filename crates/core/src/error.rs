@@ -56,6 +56,13 @@ pub enum StoreError {
     /// The store is closed or shutting down.
     #[error("the store is closed")]
     Closed,
+    /// The store does not have what was asked of it ([`crate::object::Capabilities`]): an inbox
+    /// on the Redis store, a timeline on a store of a caller's own, ...
+    #[error("the {engine} store does not support {capability}")]
+    Unsupported {
+        engine: &'static str,
+        capability: &'static str,
+    },
     /// The engine failed; `context` says what idemgate was doing.
     #[error("{context}")]
     Backend {

@@ -31,6 +31,7 @@ pub mod inbox;
 pub mod key;
 pub mod machine;
 pub mod memory;
+pub mod object;
 pub mod policy;
 pub mod presets;
 pub mod store;
@@ -47,6 +48,7 @@ pub use claim::{
 };
 pub use key::{EventId, Fingerprint, InstanceName, Key, KeyError, SourceName};
 pub use memory::MemoryStore;
+pub use object::{BoxFuture, Capabilities, Store};
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
 pub use store::{

@@ -423,3 +423,30 @@ impl Stats for MemoryStore {
         })
     }
 }
+
+impl crate::object::Capabilities for MemoryStore {
+    fn engine(&self) -> &'static str {
+        "memory"
+    }
+    fn instances(&self) -> Option<&dyn crate::object::DynInstances> {
+        Some(self)
+    }
+    fn sweep(&self) -> Option<&dyn crate::object::DynSweep> {
+        Some(self)
+    }
+    fn history(&self) -> Option<&dyn crate::object::DynHistory> {
+        Some(self)
+    }
+    fn stats(&self) -> Option<&dyn crate::object::DynStats> {
+        Some(self)
+    }
+    fn timeline(&self) -> Option<&dyn crate::object::DynTimeline> {
+        Some(self)
+    }
+    fn inbox(&self) -> Option<&dyn crate::object::DynInbox> {
+        Some(self)
+    }
+    fn clock(&self) -> Option<&dyn crate::time::Clock> {
+        Some(self.clock().as_ref())
+    }
+}

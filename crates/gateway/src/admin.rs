@@ -482,15 +482,17 @@ async fn history_retention(
     }
 }
 
-/// The background sweeper: core's one [`idemgate_core::sweep::spawn`], a run now and every
+/// The background sweeper: core's one [`idemgate_core::sweep::every_run`], a run now and every
 /// `every` (PostgreSQL maintains its partitions in each run), each logged with its rows, time,
-/// backoffs and pauses and counted in `/metrics`, until `cancel` fires.
+/// backoffs and pauses and counted in `/metrics`, until `cancel` fires. `None` for a store that
+/// expires records by itself (Redis).
 pub(crate) fn spawn_sweeper(
     state: &AppState,
     every: Duration,
     opts: SweepOptions,
     cancel: CancellationToken,
-) -> tokio::task::JoinHandle<Option<()>> {
+) -> Option<tokio::task::JoinHandle<Option<()>>> {
+    idemgate_core::Capabilities::sweep(&state.store)?;
     let on_run = {
         let state = state.clone();
         move |run: Result<idemgate_core::sweep::SweepReport, idemgate_core::StoreError>| {
@@ -528,7 +530,7 @@ pub(crate) fn spawn_sweeper(
         }
     };
     let store = state.store.clone();
-    state.tasks.supervise("sweeper", cancel.clone(), move || {
+    Some(state.tasks.supervise("sweeper", cancel.clone(), move || {
         idemgate_core::sweep::every_run(store.clone(), every, opts, cancel.clone(), on_run.clone())
-    })
+    }))
 }

@@ -470,7 +470,9 @@ pub async fn serve_on(
     }
     state.dedup.shutdown(Duration::from_secs(10)).await;
     cancel.cancel();
-    let _ = sweeper.await;
+    if let Some(sweeper) = sweeper {
+        let _ = sweeper.await;
+    }
     let _ = retention.await;
     if let Some(audits) = audits {
         let _ = audits.await;

@@ -12,7 +12,6 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use idemgate_core::{ClaimOutcome, Key, ManualClock, MemoryStore};
-use idemgate_gateway::store::Engine;
 use idemgate_gateway::{AnyStore, AppState, Config, app};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -336,9 +335,7 @@ async fn claim(state: &AppState, source: &str, event_id: &str) -> ClaimOutcome {
 #[tokio::test]
 async fn the_overview_shows_every_chart_with_the_store_and_metrics_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let store = AnyStore::Plain(Engine::Sqlite(
-        idemgate_sqlite::SqliteStore::open(dir.path()).unwrap(),
-    ));
+    let store = AnyStore::new(idemgate_sqlite::SqliteStore::open(dir.path()).unwrap());
     let state = AppState::new(&config(""), store, None).unwrap();
     let router = app(state.clone());
     // Deliveries through the claim API, so that /metrics counts them too.
@@ -441,9 +438,7 @@ async fn the_overview_shows_every_chart_with_the_store_and_metrics_figures() {
 #[tokio::test]
 async fn the_event_page_escapes_sender_input_and_shows_a_late_duplicate() {
     let clock = ManualClock::starting_now();
-    let store = AnyStore::Plain(Engine::Memory(MemoryStore::with_clock(Arc::new(
-        clock.clone(),
-    ))));
+    let store = AnyStore::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let state = AppState::new(&config(""), store, None).unwrap();
     let router = app(state.clone());
     let evil = "<script>alert(\"x\")</script>&'";

@@ -210,7 +210,7 @@ pub use crate::finish::{Finish, Finisher};
 pub use crate::health::NoAnswer;
 pub use crate::health::WriteHealth;
 pub use crate::layer::IdempotencyLayer;
-pub use crate::store::{AnyStore, Engine, Migrated, OpenError, migrate};
+pub use crate::store::{AnyStore, Migrated, OpenError, migrate};
 pub use crate::view::EventReport;
 
 /// The claim rules as pure functions (every engine is held to them), from `idemgate-core`.

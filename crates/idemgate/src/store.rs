@@ -1,24 +1,34 @@
-//! The store the gateway runs on, chosen at start: an [`Engine`] (one enum over the engines, so
-//! handlers stay generic-free and each engine keeps its own crate), optionally behind a Redis tier
-//! that answers known duplicates without touching SQL.
+//! The store the gateway runs on, chosen at start: [`AnyStore`], any [`Store`] behind one
+//! shared pointer. An engine of this workspace (SQLite, PostgreSQL, Redis, in memory), optionally
+//! behind a Redis tier that answers known duplicates without touching SQL, or a store of the
+//! caller's own: [`AnyStore::new`] takes anything that implements [`ClaimStore`],
+//! [`Identity`] and [`Capabilities`].
+//!
+//! [`AnyStore`] implements every store trait once, by asking the store for the capability
+//! ([`Capabilities::inbox`], ...): a store without it answers
+//! [`StoreError::Unsupported`], never an empty answer.
 
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate_core::HistoryRetention;
 use idemgate_core::advise::Observation;
 use idemgate_core::inbox::{
     DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
+use idemgate_core::object::{
+    BoxFuture, DynHistory, DynHistoryExport, DynInbox, DynInstances, DynStats, DynSweep,
+    DynTimeline,
+};
 use idemgate_core::store::{
     Boot, BootRequest, ClaimStore, HistoryQuery, Identity, Instances, Stats, StoreError,
-    StoreStats, Sweep, Timeline, TimelineCounts,
+    StoreStats, Sweep, TimelineCounts,
 };
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder, Key, MemoryStore, SourceName,
-    Timestamp,
+    Capabilities, ClaimOutcome, ClaimRequest, ClaimToken, Clock, EventView, HistoryRetention,
+    Holder, Key, MemoryStore, SourceName, Store, Timestamp,
 };
 
 #[cfg_attr(
@@ -27,36 +37,41 @@ use idemgate_core::{
 )]
 use crate::config::{StoreConfig as Config, StoreKind as Kind};
 
-/// One of the engines.
-#[derive(Debug, Clone)]
-pub enum Engine {
-    /// In memory: for tests and trying things out; nothing survives the process.
-    Memory(MemoryStore),
-    /// The embedded SQLite store (feature `sqlite`).
-    #[cfg(feature = "sqlite")]
-    Sqlite(idemgate_sqlite::SqliteStore),
-    /// PostgreSQL (feature `postgres`).
-    #[cfg(feature = "postgres")]
-    Postgres(idemgate_postgres::PgStore),
-    /// Redis or Redis Cluster as the store (feature `redis`).
+/// Any store, shared: what [`crate::Dedup`], the tower layer and the gateway hold. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct AnyStore {
+    store: Arc<dyn Store>,
+    /// The Redis tier in front, when there is one (its counters and its own round trip).
     #[cfg(feature = "redis")]
-    Redis(idemgate_redis::RedisStore),
+    tier: Option<Arc<idemgate_redis::TieredStore<AnyStore>>>,
 }
 
-/// The store the gateway uses: an engine, or an engine behind a Redis tier.
-#[derive(Debug, Clone)]
-pub enum AnyStore {
-    /// An engine on its own.
-    Plain(Engine),
-    /// An engine behind a Redis tier that answers known duplicates (feature `redis`).
-    #[cfg(feature = "redis")]
-    Tiered(idemgate_redis::TieredStore<Engine>),
+impl std::fmt::Debug for AnyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AnyStore").field(&self.store).finish()
+    }
 }
 
 impl AnyStore {
+    /// Any store: an engine, or a store of the caller's own (it implements [`ClaimStore`],
+    /// [`Identity`] and [`Capabilities`], saying which of the other store traits it has).
+    pub fn new(store: impl Store) -> Self {
+        Self {
+            store: Arc::new(store),
+            #[cfg(feature = "redis")]
+            tier: None,
+        }
+    }
+
     /// An in-memory store.
     pub fn memory() -> Self {
-        Self::Plain(Engine::Memory(MemoryStore::new()))
+        Self::new(MemoryStore::new())
+    }
+
+    /// The store, as an object: its capabilities, asked for one by one.
+    pub fn object(&self) -> &dyn Store {
+        self.store.as_ref()
     }
 }
 
@@ -119,32 +134,33 @@ impl AnyStore {
     }
 
     async fn open_as(config: &Config, existing: bool) -> Result<Self, OpenError> {
-        let engine = Engine::open(config, existing).await?;
+        let engine = open_engine(config, existing).await?;
         match (&config.redis, config.kind) {
             #[cfg(feature = "redis")]
             (Some(redis), kind) if kind != Kind::Redis => {
                 let tier = redis.tier_config().map_err(redis_config_error)?;
-                idemgate_redis::TieredStore::new(engine, tier)
-                    .map(Self::Tiered)
-                    .map_err(OpenError::Redis)
+                let tiered = Arc::new(
+                    idemgate_redis::TieredStore::new(engine, tier).map_err(OpenError::Redis)?,
+                );
+                Ok(Self {
+                    store: tiered.clone(),
+                    tier: Some(tiered),
+                })
             }
-            _ => Ok(Self::Plain(engine)),
+            _ => Ok(engine),
         }
     }
 
     /// Whether [`Stats::stats`] is cheap enough for every `/metrics` scrape: the Redis store
     /// counts by walking its keyspace, so it leaves the row gauges out.
     pub fn counts_cheaply(&self) -> bool {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Plain(Engine::Redis(_)) => false,
-            _ => true,
-        }
+        self.store.counts_cheaply()
     }
 
-    /// One source's deliveries over time ([`Timeline::timeline`]), from the store of record
-    /// (behind a tier, the engine beneath it). `None` on the Redis store: its history is a
-    /// stream per event, which it cannot count by time without reading every one.
+    /// One source's deliveries over time ([`Timeline::timeline`](idemgate_core::Timeline)),
+    /// from the store of record (behind a tier, the engine beneath it). `None` for a store
+    /// without a timeline (Redis: its history is a stream per event, which it cannot count by
+    /// time without reading every one).
     ///
     /// # Errors
     /// [`StoreError::Backend`].
@@ -154,24 +170,15 @@ impl AnyStore {
         bucket_secs: NonZeroU32,
         buckets: NonZeroU32,
     ) -> Result<Option<TimelineCounts>, StoreError> {
-        let engine = match self {
-            Self::Plain(e) => e,
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => t.inner(),
-        };
-        match engine {
-            Engine::Memory(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
-            #[cfg(feature = "sqlite")]
-            Engine::Sqlite(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
-            #[cfg(feature = "postgres")]
-            Engine::Postgres(s) => s.timeline(source, bucket_secs, buckets).await.map(Some),
-            #[cfg(feature = "redis")]
-            Engine::Redis(_) => Ok(None),
+        match self.store.timeline() {
+            Some(t) => t.timeline(source, bucket_secs, buckets).await.map(Some),
+            None => Ok(None),
         }
     }
 
-    /// `source`'s most recent history rows, newest first ([`Timeline::recent`]), from the store
-    /// of record; `None` on the Redis store (its history is a stream per event).
+    /// `source`'s most recent history rows, newest first
+    /// ([`Timeline::recent`](idemgate_core::Timeline)), from the store of record; `None` for a
+    /// store without a timeline.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
@@ -180,14 +187,9 @@ impl AnyStore {
         source: &SourceName,
         limit: NonZeroU32,
     ) -> Result<Option<Vec<idemgate_core::Recent>>, StoreError> {
-        match self.engine_of_record() {
-            Engine::Memory(s) => s.recent(source, limit).await.map(Some),
-            #[cfg(feature = "sqlite")]
-            Engine::Sqlite(s) => s.recent(source, limit).await.map(Some),
-            #[cfg(feature = "postgres")]
-            Engine::Postgres(s) => s.recent(source, limit).await.map(Some),
-            #[cfg(feature = "redis")]
-            Engine::Redis(_) => Ok(None),
+        match self.store.timeline() {
+            Some(t) => t.recent(source, limit).await.map(Some),
+            None => Ok(None),
         }
     }
 
@@ -195,56 +197,31 @@ impl AnyStore {
     /// embedded stores, which keep their own steady time ([`idemgate_core::SteadyClock`]): a
     /// wall-clock step shows here. `None` for the stores on a server's clock.
     pub fn clock_divergence_ms(&self) -> Option<i64> {
-        let engine = match self {
-            Self::Plain(e) => e,
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => t.inner(),
-        };
-        match engine {
-            Engine::Memory(m) => m.clock().wall_divergence_ms(),
-            #[cfg(feature = "sqlite")]
-            Engine::Sqlite(s) => s.clock().wall_divergence_ms(),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
+        self.store.clock().and_then(Clock::wall_divergence_ms)
     }
 
     /// The engine's name, for logs and `/healthz` (`sqlite+redis` behind a tier).
     pub fn engine(&self) -> &'static str {
-        match self {
-            Self::Plain(e) => e.name(),
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => match t.inner() {
-                Engine::Memory(_) => "memory+redis",
-                #[cfg(feature = "sqlite")]
-                Engine::Sqlite(_) => "sqlite+redis",
-                #[cfg(feature = "postgres")]
-                Engine::Postgres(_) => "postgres+redis",
-                Engine::Redis(_) => "redis+redis",
-            },
-        }
+        self.store.engine()
     }
 
     /// The Redis tier's hits, misses, errors and bypasses, when there is a tier.
     #[cfg(feature = "redis")]
     pub fn tier_counters(&self) -> Option<idemgate_redis::TierCounters> {
-        match self {
-            Self::Tiered(t) => Some(t.counters()),
-            Self::Plain(_) => None,
-        }
+        self.tier.as_ref().map(|t| t.counters())
     }
 
     /// A real round trip to the Redis tier, when there is one (`None` without a tier).
     pub async fn ping_tier(&self) -> Option<Result<(), String>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => Some(
+        #[cfg(feature = "redis")]
+        if let Some(t) = &self.tier {
+            return Some(
                 t.ping_tier()
                     .await
                     .map_err(|e| crate::ErrorChain(&e).to_string()),
-            ),
-            Self::Plain(_) => None,
+            );
         }
+        None
     }
 
     /// The store of record's schema version now and the newest this build knows, for the
@@ -253,14 +230,7 @@ impl AnyStore {
     /// # Errors
     /// The store's error.
     pub async fn schema_version(&self) -> Result<Option<(i64, i64)>, StoreError> {
-        match self.engine_of_record() {
-            #[cfg(feature = "sqlite")]
-            Engine::Sqlite(s) => s.schema_version().await.map(Some),
-            #[cfg(feature = "postgres")]
-            Engine::Postgres(s) => s.schema_version().await.map(Some).map_err(StoreError::from),
-            #[allow(unreachable_patterns)]
-            _ => Ok(None),
-        }
+        self.store.schema_version().await
     }
 
     /// A real round trip to the store of record: a lookup of a key no sender can use.
@@ -269,70 +239,64 @@ impl AnyStore {
     /// The store's error.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let key = Key::parse("idemgate.health", "ping").expect("a valid key");
-        match self {
-            Self::Plain(s) => s.lookup(&key).await.map(drop),
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.lookup(&key).await.map(drop),
-        }
+        self.store.lookup(&key).await.map(drop)
+    }
+
+    /// The capability, or [`StoreError::Unsupported`] naming it.
+    fn need<'a, T: ?Sized>(
+        &'a self,
+        capability: &'static str,
+        found: impl FnOnce(&'a dyn Store) -> Option<&'a T>,
+    ) -> Result<&'a T, StoreError> {
+        found(self.store.as_ref()).ok_or(StoreError::Unsupported {
+            engine: self.store.engine(),
+            capability,
+        })
     }
 }
 
-impl Engine {
-    #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres")),
-        allow(unused_variables)
-    )]
-    async fn open(config: &Config, existing: bool) -> Result<Self, OpenError> {
-        match config.kind {
-            #[cfg(feature = "sqlite")]
-            Kind::Sqlite => if existing {
-                idemgate_sqlite::SqliteStore::open_existing(&config.path, Default::default())
-            } else {
-                idemgate_sqlite::SqliteStore::open(&config.path)
-            }
-            .map(Self::Sqlite)
-            .map_err(|source| OpenError::Sqlite {
-                path: config.path.display().to_string(),
-                source,
-            }),
-            #[cfg(feature = "postgres")]
-            Kind::Postgres => if existing {
-                idemgate_postgres::PgStore::open_existing(pg_config(config)).await
-            } else {
-                idemgate_postgres::PgStore::connect(pg_config(config)).await
-            }
-            .map(Self::Postgres)
-            .map_err(OpenError::Postgres),
-            #[cfg(feature = "redis")]
-            Kind::Redis => {
-                let redis = config.redis.as_ref().ok_or(OpenError::Config {
-                    key: "store.redis",
-                    why: "required when store.kind = \"redis\"".into(),
-                })?;
-                let cfg = redis.store_config().map_err(redis_config_error)?;
-                idemgate_redis::RedisStore::connect(cfg)
-                    .await
-                    .map(Self::Redis)
-                    .map_err(OpenError::Redis)
-            }
-            #[allow(unreachable_patterns)]
-            kind => Err(OpenError::NotBuilt {
-                kind: kind.name(),
-                feature: kind.name(),
-            }),
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(unused_variables)
+)]
+async fn open_engine(config: &Config, existing: bool) -> Result<AnyStore, OpenError> {
+    match config.kind {
+        #[cfg(feature = "sqlite")]
+        Kind::Sqlite => if existing {
+            idemgate_sqlite::SqliteStore::open_existing(&config.path, Default::default())
+        } else {
+            idemgate_sqlite::SqliteStore::open(&config.path)
         }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Memory(_) => "memory",
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => "sqlite",
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => "postgres",
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => "redis",
+        .map(AnyStore::new)
+        .map_err(|source| OpenError::Sqlite {
+            path: config.path.display().to_string(),
+            source,
+        }),
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => if existing {
+            idemgate_postgres::PgStore::open_existing(pg_config(config)).await
+        } else {
+            idemgate_postgres::PgStore::connect(pg_config(config)).await
         }
+        .map(AnyStore::new)
+        .map_err(OpenError::Postgres),
+        #[cfg(feature = "redis")]
+        Kind::Redis => {
+            let redis = config.redis.as_ref().ok_or(OpenError::Config {
+                key: "store.redis",
+                why: "required when store.kind = \"redis\"".into(),
+            })?;
+            let cfg = redis.store_config().map_err(redis_config_error)?;
+            idemgate_redis::RedisStore::connect(cfg)
+                .await
+                .map(AnyStore::new)
+                .map_err(OpenError::Redis)
+        }
+        #[allow(unreachable_patterns)]
+        kind => Err(OpenError::NotBuilt {
+            kind: kind.name(),
+            feature: kind.name(),
+        }),
     }
 }
 
@@ -401,335 +365,138 @@ pub(crate) fn pg_config(config: &Config) -> idemgate_postgres::PgConfig {
     pg
 }
 
-impl ClaimStore for Engine {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        match self {
-            Self::Memory(s) => s.claim(req).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.claim(req).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.claim(req).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.claim(req).await,
-        }
-    }
-    async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.complete(token).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.complete(token).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.complete(token).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.complete(token).await,
-        }
-    }
-    async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.release(token).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.release(token).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.release(token).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.release(token).await,
-        }
-    }
-    async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
-        match self {
-            Self::Memory(s) => s.renew(token, lease).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.renew(token, lease).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.renew(token, lease).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.renew(token, lease).await,
-        }
-    }
-    async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
-        match self {
-            Self::Memory(s) => s.lookup(key).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.lookup(key).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.lookup(key).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.lookup(key).await,
-        }
+/// A `[store.redis]` setting that cannot work, as the other settings' errors are.
+#[cfg(feature = "redis")]
+fn redis_config_error(e: idemgate_redis::ConfigError) -> OpenError {
+    OpenError::Config {
+        key: e.key(),
+        why: e.problem(),
     }
 }
 
-impl Identity for Engine {
-    fn store_id(&self) -> &str {
-        match self {
-            Self::Memory(s) => s.store_id(),
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.store_id(),
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.store_id(),
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.store_id(),
-        }
-    }
-}
-
-impl Instances for Engine {
-    async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
-        match self {
-            Self::Memory(s) => s.register_boot(req).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.register_boot(req).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.register_boot(req).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.register_boot(req).await,
-        }
-    }
-
-    async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
-        match self {
-            Self::Memory(s) => s.heartbeat(holder, lease).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.heartbeat(holder, lease).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.heartbeat(holder, lease).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.heartbeat(holder, lease).await,
-        }
-    }
-
-    async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.end_boot(holder).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.end_boot(holder).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.end_boot(holder).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.end_boot(holder).await,
-        }
-    }
-}
-
-impl Stats for Engine {
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
-        match self {
-            Self::Memory(s) => s.stats().await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.stats().await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.stats().await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.stats().await,
-        }
-    }
-}
-
-impl Sweep for Engine {
-    async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        match self {
-            // Redis expires its keys itself.
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(0),
-            Self::Memory(s) => s.sweep_expired(batch).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.sweep_expired(batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.sweep_expired(batch).await,
-        }
-    }
-
-    async fn sweep_run<P, F>(
-        &self,
-        opts: SweepOptions,
-        pause: P,
-        on_batch: impl FnMut(u64) + Send,
-    ) -> Result<SweepReport, StoreError>
-    where
-        P: FnMut(Duration) -> F + Send,
-        F: Future<Output = bool> + Send,
-    {
-        match self {
-            // Redis expires its keys itself.
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(SweepReport::default()),
-            Self::Memory(s) => s.sweep_run(opts, pause, on_batch).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.sweep_run(opts, pause, on_batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.sweep_run(opts, pause, on_batch).await,
-        }
-    }
-}
-
-impl HistoryQuery for Engine {
-    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
-        match self {
-            Self::Memory(s) => s.has_source(source).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.has_source(source).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.has_source(source).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.has_source(source).await,
-        }
-    }
-    async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        match self {
-            Self::Memory(s) => s.observe(period).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.observe(period).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.observe(period).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.observe(period).await,
-        }
-    }
-}
-
-impl HistoryRetention for Engine {
-    async fn purge_history(
-        &self,
-        retention: Duration,
-        batch: NonZeroU32,
-    ) -> Result<u64, StoreError> {
-        match self {
-            Self::Memory(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(s) => s.purge_history(retention, batch).await,
-        }
-    }
-}
+// The one delegate: each store trait, once, through the store's object and its capabilities.
 
 impl ClaimStore for AnyStore {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        match self {
-            Self::Plain(s) => s.claim(req).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.claim(req).await,
-        }
+        self.store.claim(req).await
     }
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        match self {
-            Self::Plain(s) => s.complete(token).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.complete(token).await,
-        }
+        self.store.complete(token).await
     }
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        match self {
-            Self::Plain(s) => s.release(token).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.release(token).await,
-        }
+        self.store.release(token).await
     }
     async fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<Timestamp, StoreError> {
-        match self {
-            Self::Plain(s) => s.renew(token, lease).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.renew(token, lease).await,
-        }
+        self.store.renew(token, lease).await
     }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
-        match self {
-            Self::Plain(s) => s.lookup(key).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.lookup(key).await,
-        }
+        self.store.lookup(key).await
     }
 }
 
 impl Identity for AnyStore {
     fn store_id(&self) -> &str {
-        match self {
-            Self::Plain(s) => s.store_id(),
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.store_id(),
-        }
+        self.store.store_id()
+    }
+}
+
+impl Capabilities for AnyStore {
+    fn engine(&self) -> &'static str {
+        self.store.engine()
+    }
+    fn instances(&self) -> Option<&dyn DynInstances> {
+        self.store.instances()
+    }
+    fn sweep(&self) -> Option<&dyn DynSweep> {
+        self.store.sweep()
+    }
+    fn history(&self) -> Option<&dyn DynHistory> {
+        self.store.history()
+    }
+    fn stats(&self) -> Option<&dyn DynStats> {
+        self.store.stats()
+    }
+    fn counts_cheaply(&self) -> bool {
+        self.store.counts_cheaply()
+    }
+    fn timeline(&self) -> Option<&dyn DynTimeline> {
+        self.store.timeline()
+    }
+    fn export(&self) -> Option<&dyn DynHistoryExport> {
+        self.store.export()
+    }
+    fn inbox(&self) -> Option<&dyn DynInbox> {
+        self.store.inbox()
+    }
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.store.clock()
+    }
+    fn schema_version(&self) -> BoxFuture<'_, Result<Option<(i64, i64)>, StoreError>> {
+        self.store.schema_version()
     }
 }
 
 impl Instances for AnyStore {
     async fn register_boot(&self, req: &BootRequest) -> Result<Boot, StoreError> {
-        match self {
-            Self::Plain(s) => s.register_boot(req).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.register_boot(req).await,
-        }
+        let i = self.need("instances", |s| s.instances())?;
+        i.register_boot(req).await
     }
-
     async fn heartbeat(&self, holder: &Holder, lease: Duration) -> Result<Timestamp, StoreError> {
-        match self {
-            Self::Plain(s) => s.heartbeat(holder, lease).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.heartbeat(holder, lease).await,
-        }
+        let i = self.need("instances", |s| s.instances())?;
+        i.heartbeat(holder, lease).await
     }
-
     async fn end_boot(&self, holder: &Holder) -> Result<(), StoreError> {
-        match self {
-            Self::Plain(s) => s.end_boot(holder).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.end_boot(holder).await,
-        }
+        let i = self.need("instances", |s| s.instances())?;
+        i.end_boot(holder).await
     }
 }
 
 impl Stats for AnyStore {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        match self {
-            Self::Plain(s) => s.stats().await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.stats().await,
-        }
+        let s = self.need("counting its rows", |s| s.stats())?;
+        s.stats().await
     }
 }
 
 impl Sweep for AnyStore {
     async fn sweep_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        match self {
-            Self::Plain(s) => s.sweep_expired(batch).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.sweep_expired(batch).await,
-        }
+        let s = self.need("sweeping (it expires records by itself)", |s| s.sweep())?;
+        s.sweep_expired(batch).await
     }
 
     async fn sweep_run<P, F>(
         &self,
         opts: SweepOptions,
-        pause: P,
+        mut pause: P,
         on_batch: impl FnMut(u64) + Send,
     ) -> Result<SweepReport, StoreError>
     where
+        Self: Sized,
         P: FnMut(Duration) -> F + Send,
         F: Future<Output = bool> + Send,
     {
-        match self {
-            Self::Plain(s) => s.sweep_run(opts, pause, on_batch).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.sweep_run(opts, pause, on_batch).await,
-        }
+        let s = self.need("sweeping (it expires records by itself)", |s| s.sweep())?;
+        s.sweep_run(
+            opts,
+            Box::new(move |d| Box::pin(pause(d)) as BoxFuture<'_, bool>),
+            Box::new(on_batch),
+        )
+        .await
+    }
+
+    fn claim_latency(&self) -> Option<&idemgate_core::sweep::ClaimLatency> {
+        self.store.sweep().and_then(DynSweep::claim_latency)
     }
 }
 
 impl HistoryQuery for AnyStore {
-    async fn has_source(&self, source: &idemgate_core::SourceName) -> Result<bool, StoreError> {
-        match self {
-            Self::Plain(s) => s.has_source(source).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.has_source(source).await,
-        }
+    async fn has_source(&self, source: &SourceName) -> Result<bool, StoreError> {
+        let h = self.need("history", |s| s.history())?;
+        h.has_source(source).await
     }
     async fn observe(&self, period: Duration) -> Result<Vec<Observation>, StoreError> {
-        match self {
-            Self::Plain(s) => s.observe(period).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.observe(period).await,
-        }
+        let h = self.need("history", |s| s.history())?;
+        h.observe(period).await
     }
 }
 
@@ -739,89 +506,8 @@ impl HistoryRetention for AnyStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        match self {
-            Self::Plain(s) => s.purge_history(retention, batch).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.purge_history(retention, batch).await,
-        }
-    }
-}
-
-impl idemgate_core::HistoryExport for Engine {
-    async fn history_days(
-        &self,
-        source: Option<&SourceName>,
-        since: Timestamp,
-        until: Timestamp,
-    ) -> Result<idemgate_core::HistoryDays, StoreError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.history_days(source, since, until).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.history_days(source, since, until).await,
-            other => Err(no_export(other)),
-        }
-    }
-
-    async fn history_rows(
-        &self,
-        source: &SourceName,
-        from: Timestamp,
-        until: Timestamp,
-        after: Option<idemgate_core::HistoryCursor>,
-        limit: NonZeroU32,
-    ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.history_rows(source, from, until, after, limit).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.history_rows(source, from, until, after, limit).await,
-            other => Err(no_export(other)),
-        }
-    }
-
-    async fn history_past(
-        &self,
-        retention: Duration,
-    ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.history_past(retention).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.history_past(retention).await,
-            other => Err(no_export(other)),
-        }
-    }
-
-    async fn drop_history(
-        &self,
-        unit: &idemgate_core::RetentionUnit,
-        retention: Duration,
-        batch: NonZeroU32,
-    ) -> Result<u64, StoreError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.drop_history(unit, retention, batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.drop_history(unit, retention, batch).await,
-            other => Err(no_export(other)),
-        }
-    }
-}
-
-/// The engines whose history cannot be archived say so.
-fn no_export(engine: &Engine) -> StoreError {
-    let which = match engine {
-        Engine::Memory(_) => "the in-memory store",
-        #[cfg(feature = "redis")]
-        Engine::Redis(_) => "the Redis store",
-        #[allow(unreachable_patterns)]
-        _ => "this store",
-    };
-    StoreError::NoStore {
-        what: format!(
-            "{which} cannot export its history to an archive: history archives come from SQLite or PostgreSQL"
-        ),
+        let h = self.need("history", |s| s.history())?;
+        h.purge_history(retention, batch).await
     }
 }
 
@@ -832,13 +518,9 @@ impl idemgate_core::HistoryExport for AnyStore {
         since: Timestamp,
         until: Timestamp,
     ) -> Result<idemgate_core::HistoryDays, StoreError> {
-        match self {
-            Self::Plain(s) => s.history_days(source, since, until).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.inner().history_days(source, since, until).await,
-        }
+        let e = self.need("history export", |s| s.export())?;
+        e.history_days(source, since, until).await
     }
-
     async fn history_rows(
         &self,
         source: &SourceName,
@@ -847,227 +529,39 @@ impl idemgate_core::HistoryExport for AnyStore {
         after: Option<idemgate_core::HistoryCursor>,
         limit: NonZeroU32,
     ) -> Result<Vec<idemgate_core::HistoryRow>, StoreError> {
-        match self {
-            Self::Plain(s) => s.history_rows(source, from, until, after, limit).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => {
-                s.inner()
-                    .history_rows(source, from, until, after, limit)
-                    .await
-            }
-        }
+        let e = self.need("history export", |s| s.export())?;
+        e.history_rows(source, from, until, after, limit).await
     }
-
     async fn history_past(
         &self,
         retention: Duration,
     ) -> Result<Vec<idemgate_core::RetentionUnit>, StoreError> {
-        match self {
-            Self::Plain(s) => s.history_past(retention).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.inner().history_past(retention).await,
-        }
+        let e = self.need("history export", |s| s.export())?;
+        e.history_past(retention).await
     }
-
     async fn drop_history(
         &self,
         unit: &idemgate_core::RetentionUnit,
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        match self {
-            Self::Plain(s) => s.drop_history(unit, retention, batch).await,
-            #[cfg(feature = "redis")]
-            Self::Tiered(s) => s.inner().drop_history(unit, retention, batch).await,
-        }
+        let e = self.need("history export", |s| s.export())?;
+        e.drop_history(unit, retention, batch).await
     }
 }
 
-/// A `[store.redis]` setting that cannot work, as the other settings' errors are.
-#[cfg(feature = "redis")]
-fn redis_config_error(e: idemgate_redis::ConfigError) -> OpenError {
-    OpenError::Config {
-        key: e.key(),
-        why: e.problem(),
-    }
-}
-
-/// Inbox mode's queue on whichever engine this is; the Redis store keeps none (an inbox source
-/// on it is refused at start: its queue must be written in the claim's transaction).
-impl Inbox for Engine {
-    async fn enqueue(
-        &self,
-        req: ClaimRequest,
-        item: QueuedItem,
-    ) -> Result<ClaimOutcome, StoreError> {
-        match self {
-            Self::Memory(s) => s.enqueue(req, item).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.enqueue(req, item).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.enqueue(req, item).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn requeue(
-        &self,
-        req: ClaimRequest,
-        item: QueuedItem,
-        reason: &str,
-    ) -> Result<ClaimOutcome, StoreError> {
-        match self {
-            Self::Memory(s) => s.requeue(req, item, reason).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.requeue(req, item, reason).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.requeue(req, item, reason).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn take(
-        &self,
-        source: &SourceName,
-        limit: NonZeroU32,
-        lease: Duration,
-        holder: Option<&Holder>,
-    ) -> Result<Vec<Taken>, StoreError> {
-        match self {
-            Self::Memory(s) => s.take(source, limit, lease, holder).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.take(source, limit, lease, holder).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.take(source, limit, lease, holder).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.delivered(item).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.delivered(item).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.delivered(item).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn retry_later(
-        &self,
-        item: ItemRef,
-        failure: &Failure,
-        delay: Duration,
-    ) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.retry_later(item, failure, delay).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.retry_later(item, failure, delay).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.retry_later(item, failure, delay).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.dead_letter(item, failure).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.dead_letter(item, failure).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.dead_letter(item, failure).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Err(no_inbox()),
-        }
-    }
-    async fn dead_letters(
-        &self,
-        filter: &ReplayFilter,
-        limit: NonZeroU32,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        match self {
-            Self::Memory(s) => s.dead_letters(filter, limit).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.dead_letters(filter, limit).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.dead_letters(filter, limit).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(Vec::new()),
-        }
-    }
-    async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
-        match self {
-            Self::Memory(s) => s.queued(key).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.queued(key).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.queued(key).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(Vec::new()),
-        }
-    }
-    async fn replay_dead_letters(
-        &self,
-        filter: &ReplayFilter,
-        reason: &str,
-    ) -> Result<u64, StoreError> {
-        match self {
-            Self::Memory(s) => s.replay_dead_letters(filter, reason).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.replay_dead_letters(filter, reason).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.replay_dead_letters(filter, reason).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(0),
-        }
-    }
-    async fn purge_dead_letters(
-        &self,
-        retention: Duration,
-        batch: NonZeroU32,
-    ) -> Result<u64, StoreError> {
-        match self {
-            Self::Memory(s) => s.purge_dead_letters(retention, batch).await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.purge_dead_letters(retention, batch).await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.purge_dead_letters(retention, batch).await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(0),
-        }
-    }
-    async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
-        match self {
-            Self::Memory(s) => s.inbox_stats().await,
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => s.inbox_stats().await,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(s) => s.inbox_stats().await,
-            #[cfg(feature = "redis")]
-            Self::Redis(_) => Ok(Vec::new()),
-        }
-    }
-}
-
-/// The Redis store's answer to an inbox operation.
-#[cfg(feature = "redis")]
-fn no_inbox() -> StoreError {
-    StoreError::backend(
-        "inbox mode",
-        "the Redis store keeps no inbox: inbox sources need store.kind = \"sqlite\" or \"postgres\"",
-    )
-}
-
-/// The inbox is the store of record's: behind a Redis tier, every call goes to the engine (the
-/// tier caches claims, not queues).
+/// Inbox mode's queue: behind a Redis tier, the store of record's (the tier caches claims, not
+/// queues). The Redis store keeps none: an inbox source on it is refused at start, since its
+/// queue must be written in the claim's transaction.
 impl Inbox for AnyStore {
     async fn enqueue(
         &self,
         req: ClaimRequest,
         item: QueuedItem,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.engine_of_record().enqueue(req, item).await
+        self.need("an inbox", |s| s.inbox())?
+            .enqueue(req, item)
+            .await
     }
     async fn requeue(
         &self,
@@ -1075,7 +569,9 @@ impl Inbox for AnyStore {
         item: QueuedItem,
         reason: &str,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.engine_of_record().requeue(req, item, reason).await
+        self.need("an inbox", |s| s.inbox())?
+            .requeue(req, item, reason)
+            .await
     }
     async fn take(
         &self,
@@ -1084,12 +580,12 @@ impl Inbox for AnyStore {
         lease: Duration,
         holder: Option<&Holder>,
     ) -> Result<Vec<Taken>, StoreError> {
-        self.engine_of_record()
+        self.need("an inbox", |s| s.inbox())?
             .take(source, limit, lease, holder)
             .await
     }
     async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
-        self.engine_of_record().delivered(item).await
+        self.need("an inbox", |s| s.inbox())?.delivered(item).await
     }
     async fn retry_later(
         &self,
@@ -1097,29 +593,33 @@ impl Inbox for AnyStore {
         failure: &Failure,
         delay: Duration,
     ) -> Result<(), StoreError> {
-        self.engine_of_record()
+        self.need("an inbox", |s| s.inbox())?
             .retry_later(item, failure, delay)
             .await
     }
     async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
-        self.engine_of_record().dead_letter(item, failure).await
+        self.need("an inbox", |s| s.inbox())?
+            .dead_letter(item, failure)
+            .await
     }
     async fn dead_letters(
         &self,
         filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.engine_of_record().dead_letters(filter, limit).await
+        self.need("an inbox", |s| s.inbox())?
+            .dead_letters(filter, limit)
+            .await
     }
     async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
-        self.engine_of_record().queued(key).await
+        self.need("an inbox", |s| s.inbox())?.queued(key).await
     }
     async fn replay_dead_letters(
         &self,
         filter: &ReplayFilter,
         reason: &str,
     ) -> Result<u64, StoreError> {
-        self.engine_of_record()
+        self.need("an inbox", |s| s.inbox())?
             .replay_dead_letters(filter, reason)
             .await
     }
@@ -1128,22 +628,11 @@ impl Inbox for AnyStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        self.engine_of_record()
+        self.need("an inbox", |s| s.inbox())?
             .purge_dead_letters(retention, batch)
             .await
     }
     async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
-        self.engine_of_record().inbox_stats().await
-    }
-}
-
-impl AnyStore {
-    /// The engine beneath any tier: the store of record.
-    fn engine_of_record(&self) -> &Engine {
-        match self {
-            Self::Plain(e) => e,
-            #[cfg(feature = "redis")]
-            Self::Tiered(t) => t.inner(),
-        }
+        self.need("an inbox", |s| s.inbox())?.inbox_stats().await
     }
 }

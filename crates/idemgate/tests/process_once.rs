@@ -261,7 +261,7 @@ async fn the_observer_hears_every_claim() {
 async fn a_claim_whose_caller_left_before_the_answer_is_released() {
     let dir = tempfile::tempdir().unwrap();
     let store = idemgate_sqlite::SqliteStore::open(dir.path()).unwrap();
-    let dedup = Dedup::new(AnyStore::Plain(idemgate::Engine::Sqlite(store)));
+    let dedup = Dedup::new(AnyStore::new(store));
     // Another connection holds the database's write lock, so the writer cannot answer while
     // the caller waits (the store is slow); the caller gives up, and only then is the lock let go.
     let blocker = rusqlite::Connection::open(dir.path().join(idemgate_sqlite::DB_FILE)).unwrap();

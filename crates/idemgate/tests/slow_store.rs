@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use idemgate::{AnyStore, ClaimRequest, Dedup, Engine, Key, Once};
+use idemgate::{AnyStore, ClaimRequest, Dedup, Key, Once};
 use idemgate_postgres::testing::{FaultyLink, LinkMode};
 use idemgate_postgres::{PgConfig, PgStore};
 
@@ -44,7 +44,7 @@ async fn a_completion_stuck_on_a_silent_store_neither_holds_the_caller_nor_lets_
     ));
     cfg.schema = schema.clone();
     let store = PgStore::connect(cfg).await.unwrap();
-    let dedup = Dedup::new(AnyStore::Plain(Engine::Postgres(store)));
+    let dedup = Dedup::new(AnyStore::new(store));
     let key = Key::parse("slow", "evt_1").unwrap();
     let req = || {
         ClaimRequest::new(

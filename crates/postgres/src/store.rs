@@ -279,7 +279,7 @@ async fn check_search_path(client: &tokio_postgres::Client, schema: &str) -> Res
     }
 }
 
-fn stale(token: &ClaimToken) -> StoreError {
+pub(crate) fn stale(token: &ClaimToken) -> StoreError {
     StoreError::StaleToken {
         key: token.key.clone(),
         attempt: token.attempt,
@@ -687,6 +687,43 @@ impl Stats for PgStore {
             per_source,
             size_bytes: Some(count(row::get(totals, "size_bytes", CONTEXT)?)),
             history_rows: count(row::get(totals, "history_rows", CONTEXT)?),
+        })
+    }
+}
+
+impl idemgate_core::Capabilities for PgStore {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+    fn instances(&self) -> Option<&dyn idemgate_core::object::DynInstances> {
+        Some(self)
+    }
+    fn sweep(&self) -> Option<&dyn idemgate_core::object::DynSweep> {
+        Some(self)
+    }
+    fn history(&self) -> Option<&dyn idemgate_core::object::DynHistory> {
+        Some(self)
+    }
+    fn stats(&self) -> Option<&dyn idemgate_core::object::DynStats> {
+        Some(self)
+    }
+    fn timeline(&self) -> Option<&dyn idemgate_core::object::DynTimeline> {
+        Some(self)
+    }
+    fn export(&self) -> Option<&dyn idemgate_core::object::DynHistoryExport> {
+        Some(self)
+    }
+    fn inbox(&self) -> Option<&dyn idemgate_core::object::DynInbox> {
+        Some(self)
+    }
+    fn schema_version(
+        &self,
+    ) -> idemgate_core::BoxFuture<'_, Result<Option<(i64, i64)>, StoreError>> {
+        Box::pin(async {
+            self.schema_version()
+                .await
+                .map(Some)
+                .map_err(StoreError::from)
         })
     }
 }

@@ -984,3 +984,38 @@ impl Stats for SqliteStore {
         .await
     }
 }
+
+impl idemgate_core::Capabilities for SqliteStore {
+    fn engine(&self) -> &'static str {
+        "sqlite"
+    }
+    fn instances(&self) -> Option<&dyn idemgate_core::object::DynInstances> {
+        Some(self)
+    }
+    fn sweep(&self) -> Option<&dyn idemgate_core::object::DynSweep> {
+        Some(self)
+    }
+    fn history(&self) -> Option<&dyn idemgate_core::object::DynHistory> {
+        Some(self)
+    }
+    fn stats(&self) -> Option<&dyn idemgate_core::object::DynStats> {
+        Some(self)
+    }
+    fn timeline(&self) -> Option<&dyn idemgate_core::object::DynTimeline> {
+        Some(self)
+    }
+    fn export(&self) -> Option<&dyn idemgate_core::object::DynHistoryExport> {
+        Some(self)
+    }
+    fn inbox(&self) -> Option<&dyn idemgate_core::object::DynInbox> {
+        Some(self)
+    }
+    fn clock(&self) -> Option<&dyn idemgate_core::Clock> {
+        Some(self.clock().as_ref())
+    }
+    fn schema_version(
+        &self,
+    ) -> idemgate_core::BoxFuture<'_, Result<Option<(i64, i64)>, StoreError>> {
+        Box::pin(async { self.schema_version().await.map(Some) })
+    }
+}

@@ -86,10 +86,16 @@ pub(super) fn sweeper_health(
     let every = state.dashboard.sweep_interval;
     let human = |d: Duration| idemgate_core::Human(Duration::from_secs(d.as_secs())).to_string();
     let backlog = stats.map_or(0, |s| s.expired);
-    let (light, why) = if state.store.engine() == "redis" {
+    let (light, why) = if idemgate_core::Capabilities::sweep(&state.store).is_none() {
         (
             Light::Off,
-            "not needed: Redis expires its keys itself".to_owned(),
+            format!(
+                "not needed: {} expires its keys itself",
+                match state.store.engine() {
+                    "redis" => "Redis",
+                    _ => "the store",
+                }
+            ),
         )
     } else {
         match sweeps.first() {

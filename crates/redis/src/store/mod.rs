@@ -334,3 +334,24 @@ impl Instances for RedisStore {
         Ok(())
     }
 }
+
+/// Redis expires records by itself (no sweep), keeps each event's history as a stream (no
+/// timeline, no export) and has no inbox.
+impl idemgate_core::Capabilities for RedisStore {
+    fn engine(&self) -> &'static str {
+        "redis"
+    }
+    fn instances(&self) -> Option<&dyn idemgate_core::object::DynInstances> {
+        Some(self)
+    }
+    fn history(&self) -> Option<&dyn idemgate_core::object::DynHistory> {
+        Some(self)
+    }
+    fn stats(&self) -> Option<&dyn idemgate_core::object::DynStats> {
+        Some(self)
+    }
+    /// Counting walks the keyspace: too slow for every `/metrics` scrape.
+    fn counts_cheaply(&self) -> bool {
+        false
+    }
+}

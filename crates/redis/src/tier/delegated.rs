@@ -88,3 +88,49 @@ impl<S: ClaimStore + Stats> Stats for TieredStore<S> {
         self.inner.stats().await
     }
 }
+
+/// Every capability is the inner store's, whole (the tier caches claims, not queues, history or
+/// boots); the engine's name says the tier is there.
+impl<S: idemgate_core::Capabilities> idemgate_core::Capabilities for TieredStore<S> {
+    fn engine(&self) -> &'static str {
+        match self.inner.engine() {
+            "memory" => "memory+redis",
+            "sqlite" => "sqlite+redis",
+            "postgres" => "postgres+redis",
+            "redis" => "redis+redis",
+            _ => "store+redis",
+        }
+    }
+    fn instances(&self) -> Option<&dyn idemgate_core::object::DynInstances> {
+        self.inner.instances()
+    }
+    fn sweep(&self) -> Option<&dyn idemgate_core::object::DynSweep> {
+        self.inner.sweep()
+    }
+    fn history(&self) -> Option<&dyn idemgate_core::object::DynHistory> {
+        self.inner.history()
+    }
+    fn stats(&self) -> Option<&dyn idemgate_core::object::DynStats> {
+        self.inner.stats()
+    }
+    fn counts_cheaply(&self) -> bool {
+        self.inner.counts_cheaply()
+    }
+    fn timeline(&self) -> Option<&dyn idemgate_core::object::DynTimeline> {
+        self.inner.timeline()
+    }
+    fn export(&self) -> Option<&dyn idemgate_core::object::DynHistoryExport> {
+        self.inner.export()
+    }
+    fn inbox(&self) -> Option<&dyn idemgate_core::object::DynInbox> {
+        self.inner.inbox()
+    }
+    fn clock(&self) -> Option<&dyn idemgate_core::Clock> {
+        self.inner.clock()
+    }
+    fn schema_version(
+        &self,
+    ) -> idemgate_core::BoxFuture<'_, Result<Option<(i64, i64)>, StoreError>> {
+        self.inner.schema_version()
+    }
+}
