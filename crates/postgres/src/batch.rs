@@ -24,10 +24,10 @@ use crate::db::Db;
 use crate::error::PgError;
 use crate::row::{self, millis, outcome_of};
 
-const CLAIM_BATCH: &str = include_str!("../sql/claim_batch.sql");
+pub(crate) const CLAIM_BATCH: &str = include_str!("../sql/claim_batch.sql");
 const CLAIM_FRESH: &str = include_str!("../sql/claim_fresh.sql");
 const RELEASE_UNANSWERED: &str = include_str!("../sql/release_unanswered.sql");
-const FINISH_BATCH: &str = include_str!("../sql/finish_batch.sql");
+pub(crate) const FINISH_BATCH: &str = include_str!("../sql/finish_batch.sql");
 
 /// How many times a batch that PostgreSQL aborted to break a deadlock is sent again.
 const DEADLOCK_RETRIES: usize = 3;
@@ -445,7 +445,7 @@ async fn finish_once(db: &Db, batch: &[Pending<Finishes>]) -> Result<Vec<Option<
 /// A batch's rows put in the order of its elements (`r_idx`, 1-based): one answer each, read by
 /// `answer(element, row)`; an index out of range, or an element without its row, is
 /// [`PgError::Unexpected`].
-fn by_element<T: Clone>(
+pub(crate) fn by_element<T: Clone>(
     rows: &[tokio_postgres::Row],
     n: usize,
     context: &'static str,
@@ -474,35 +474,81 @@ fn by_element<T: Clone>(
         })
 }
 
+/// `claim_batch.sql`'s parameters: one array per column, one element per claim.
+pub(crate) struct ClaimArrays<'a> {
+    sources: Vec<&'a str>,
+    event_ids: Vec<&'a str>,
+    fingerprints: Vec<Option<&'a [u8]>>,
+    leases: Vec<i64>,
+    ttls: Vec<i64>,
+    on_receipt: Vec<bool>,
+    nonces: Vec<i64>,
+    late: Vec<&'static str>,
+    holder_instances: Vec<Option<&'a str>>,
+    holder_boots: Vec<Option<i64>>,
+    horizons: Vec<i64>,
+}
+
+impl<'a> ClaimArrays<'a> {
+    /// The arrays of `claims`, each a request and its nonce.
+    pub(crate) fn of(claims: impl ExactSizeIterator<Item = (&'a ClaimRequest, u64)>) -> Self {
+        let n = claims.len();
+        let mut a = Self {
+            sources: Vec::with_capacity(n),
+            event_ids: Vec::with_capacity(n),
+            fingerprints: Vec::with_capacity(n),
+            leases: Vec::with_capacity(n),
+            ttls: Vec::with_capacity(n),
+            on_receipt: Vec::with_capacity(n),
+            nonces: Vec::with_capacity(n),
+            late: Vec::with_capacity(n),
+            holder_instances: Vec::with_capacity(n),
+            holder_boots: Vec::with_capacity(n),
+            horizons: Vec::with_capacity(n),
+        };
+        for (req, nonce) in claims {
+            a.sources.push(req.key.source.as_str());
+            a.event_ids.push(req.key.event_id.as_str());
+            a.fingerprints
+                .push(req.fingerprint.as_ref().map(|f| f.as_bytes().as_slice()));
+            a.leases.push(millis(req.lease));
+            a.ttls.push(millis(req.ttl));
+            a.on_receipt.push(req.mode == ClaimMode::OnReceipt);
+            // Bit for bit: the nonce is a u64 kept in a bigint.
+            a.nonces.push(nonce as i64);
+            a.late.push(req.late_duplicates.as_str());
+            a.holder_instances
+                .push(req.holder.as_ref().map(|h| h.instance.as_str()));
+            // Bit for bit, like the nonce.
+            a.holder_boots
+                .push(req.holder.as_ref().map(|h| h.boot as i64));
+            a.horizons.push(millis(req.late_duplicate_horizon()));
+        }
+        a
+    }
+
+    /// The statement's parameters, in order.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
+        [
+            &self.sources,
+            &self.event_ids,
+            &self.fingerprints,
+            &self.leases,
+            &self.ttls,
+            &self.on_receipt,
+            &self.nonces,
+            &self.late,
+            &self.holder_instances,
+            &self.holder_boots,
+            &self.horizons,
+        ]
+    }
+}
+
 async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutcome>, PgError> {
     const CONTEXT: &str = "claiming a batch";
     let n = batch.len();
-    let mut sources = Vec::with_capacity(n);
-    let mut event_ids = Vec::with_capacity(n);
-    let mut fingerprints = Vec::with_capacity(n);
-    let mut leases = Vec::with_capacity(n);
-    let mut ttls = Vec::with_capacity(n);
-    let mut on_receipt = Vec::with_capacity(n);
-    let mut nonces = Vec::with_capacity(n);
-    let mut late = Vec::with_capacity(n);
-    let mut holder_instances = Vec::with_capacity(n);
-    let mut holder_boots = Vec::with_capacity(n);
-    let mut horizons = Vec::with_capacity(n);
-    for Pending { item: p, .. } in batch {
-        sources.push(p.req.key.source.as_str());
-        event_ids.push(p.req.key.event_id.as_str());
-        fingerprints.push(p.req.fingerprint.as_ref().map(|f| f.as_bytes().as_slice()));
-        leases.push(millis(p.req.lease));
-        ttls.push(millis(p.req.ttl));
-        on_receipt.push(p.req.mode == ClaimMode::OnReceipt);
-        // Bit for bit: the nonce is a u64 kept in a bigint.
-        nonces.push(p.nonce as i64);
-        late.push(p.req.late_duplicates.as_str());
-        holder_instances.push(p.req.holder.as_ref().map(|h| h.instance.as_str()));
-        // Bit for bit, like the nonce.
-        holder_boots.push(p.req.holder.as_ref().map(|h| h.boot as i64));
-        horizons.push(millis(p.req.late_duplicate_horizon()));
-    }
+    let arrays = ClaimArrays::of(batch.iter().map(|p| (&p.item.req, p.item.nonce)));
     let client = db.client().await?;
     let stmt = client
         .prepare_cached(CLAIM_BATCH)
@@ -511,22 +557,7 @@ async fn claim_once(db: &Db, batch: &[Pending<Claims>]) -> Result<Vec<ClaimOutco
     // One implicit transaction: the rows arrive after the commit (ReadyForQuery), so every
     // outcome is durable when the caller hears it.
     let rows = client
-        .query(
-            &stmt,
-            &[
-                &sources,
-                &event_ids,
-                &fingerprints,
-                &leases,
-                &ttls,
-                &on_receipt,
-                &nonces,
-                &late,
-                &holder_instances,
-                &holder_boots,
-                &horizons,
-            ],
-        )
+        .query(&stmt, &arrays.params())
         .await
         .map_err(PgError::db(CONTEXT))?;
     by_element(&rows, n, CONTEXT, "claims", |slot, row| {

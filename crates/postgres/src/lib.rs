@@ -60,6 +60,7 @@ pub mod tls;
 
 mod batch;
 mod db;
+mod in_tx;
 mod inbox;
 mod row;
 mod store;
