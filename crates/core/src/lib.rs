@@ -14,11 +14,18 @@
 //! - [`policy`]: a source's [`DeliveryContract`] and the [`TtlPolicy`] computed from it
 //!   (TTL = retry window + queue lag + clock skew + replay margin), with its validation.
 //! - [`presets`](mod@presets): the built-in provider presets, each with its figure, source and date checked.
+//! - [`advise`]: the TTL advisor: from the gaps history shows between an event's first receipt
+//!   and its later deliveries, a recommended TTL and a verdict (too short, too long, ok, no data).
 //! - [`claim`]: requests, outcomes, tokens, records and history rows.
 //! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
 //!   [`HistoryQuery`], [`Timeline`] (deliveries over time), [`Identity`] (which store this is) and [`Instances`] (freeing the claims
 //!   of a restarted gateway's earlier boots).
+//! - [`error`]: [`StoreError`], why a store operation failed, shared by the store traits and the
+//!   sweeper.
+//! - [`sweep`]: a sweep run (bounded batches with a pause between them, paced by
+//!   [`sweep::pace`] to give way to claims) and, with feature `tokio`, the one background
+//!   sweeper.
 //! - [`inbox`]: the [`inbox::Inbox`] trait: deliveries claimed and queued in one step, then
 //!   taken under a lease, retried, dead-lettered and replayed.
 //! - [`memory`]: [`MemoryStore`], an in-memory store with an injectable clock (inbox included).

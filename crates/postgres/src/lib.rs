@@ -39,10 +39,10 @@
 //!   ([`PgConfig::sweep_pacing`]); the background sweeper is core's.
 //! - [`error`]: [`PgError`], convertible into core's [`StoreError`](idemgate_core::StoreError).
 //!
-//! The SQL lives in `sql/`: `migrations/0001_init.sql`, `0002_holders.sql`, `0003_inbox.sql` and
-//! `0004_history_by_source_time.sql`
-//! hold the tables and the server-side functions (the claim rules in PL/pgSQL), the other files
-//! the statements the store sends.
+//! The SQL lives in `sql/`. `migrations/` holds the tables and the server-side functions (the
+//! claim rules in PL/pgSQL), one file per schema version, from `0001_init.sql` to
+//! `0010_inbox_story_and_expiry_index.sql` ([`SCHEMA_VERSION`]); the dashboard's history index is
+//! `0005_history_by_source_time.sql`. The other files are the statements the store sends.
 //!
 //! Every time is the database's: `clock_timestamp()` inside the functions, `now()` in the sweep
 //! and in the inbox statements (each one statement, so `now()` is its start).

@@ -2,9 +2,13 @@
 //! own, so a store shared by cases running at once never mixes their items.
 
 use super::*;
+use crate::claim::RecordState;
 use crate::inbox::{Failure, Inbox, InboxStats, ItemRef, QueuedItem, ReplayFilter, Taken};
 use crate::key::EventId;
 use crate::key::SourceName;
+use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn source() -> SourceName {

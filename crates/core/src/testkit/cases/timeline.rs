@@ -4,6 +4,7 @@
 use super::*;
 use crate::key::SourceName;
 use crate::store::Timeline;
+use std::num::NonZeroU32;
 
 /// Each history row lands in the bucket of its time by the store's clock, counted under its
 /// outcome; other sources' rows are not counted; the window ends with the bucket holding now.
