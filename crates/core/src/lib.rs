@@ -21,6 +21,8 @@
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
 //!   [`HistoryQuery`], [`Timeline`] (deliveries over time), [`Identity`] (which store this is) and [`Instances`] (freeing the claims
 //!   of a restarted gateway's earlier boots).
+//! - [`object`]: [`Store`], any store as an object (an `Arc<dyn Store>`), with its
+//!   [`Capabilities`] asked for one by one and an object-safe twin of each store trait.
 //! - [`error`]: [`StoreError`], why a store operation failed, shared by the store traits and the
 //!   sweeper.
 //! - [`sweep`]: a sweep run (bounded batches with a pause between them, paced by

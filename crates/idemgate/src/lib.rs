@@ -173,9 +173,12 @@
 //!   `Ok`, release on `Err`, on a panic and on drop; the lease renewed while the work runs.
 //! - [`IdempotencyLayer`] ([`layer`]): the same around a tower service, keyed by a closure over
 //!   the request (see [`layer::verified`] for every webhook provider's scheme).
-//! - [`store`]: [`AnyStore`], the engine chosen at run time from a [`StoreConfig`] (SQLite,
-//!   PostgreSQL and Redis behind the features `sqlite` (default), `postgres`, `redis`), optionally
-//!   behind a Redis tier; [`migrate`].
+//! - [`store`]: [`AnyStore`], any store as one shared object: the engine chosen at run time
+//!   from a [`StoreConfig`] (SQLite, PostgreSQL and Redis behind the features `sqlite`
+//!   (default), `postgres`, `redis`), optionally behind a Redis tier, or a store of your own
+//!   ([`AnyStore::new`]; `examples/own_store`); [`migrate`].
+//! - [`answer`]: what a delivery that was not processed is answered (status, `Idemgate-Outcome`,
+//!   `Retry-After`, body): one mapping for the layer and the gateway.
 //! - [`config`]: [`StoreConfig`], the `[store]` table of the gateway's TOML, as data.
 //! - `finish`: completions and releases the store did not take at once, retried until it does
 //!   ([`Finisher`]).
