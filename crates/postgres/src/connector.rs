@@ -12,6 +12,9 @@ use idemgate_tls::rustls::ClientConfig;
 use idemgate_tls::rustls::pki_types::{InvalidDnsNameError, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+use x509_cert::Certificate;
+use x509_cert::der::Decode as _;
+use x509_cert::der::asn1::ObjectIdentifier;
 
 /// The ALPN protocol PostgreSQL 17 expects (and requires with `sslnegotiation=direct`); earlier
 /// servers ignore it.
@@ -130,60 +133,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
 /// `channel_binding=require` refuses it.
 fn tls_server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
     use ring::digest::{SHA256, SHA384, SHA512, digest};
-    // Object identifiers, DER-encoded (the bytes after the 06 tag and its length).
-    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
-    const ECDSA_SHA2: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];
-    const ECDSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01];
-    let oid = signature_algorithm(cert)?;
-    let algorithm = match oid {
-        [rsa @ .., last] if rsa == RSA => match last {
-            0x04 | 0x05 | 0x0b => &SHA256, // md5, sha1, sha256 WithRSAEncryption
-            0x0c => &SHA384,
-            0x0d => &SHA512,
-            _ => return None,
-        },
-        [ecdsa @ .., last] if ecdsa == ECDSA_SHA2 => match last {
-            0x02 => &SHA256,
-            0x03 => &SHA384,
-            0x04 => &SHA512,
-            _ => return None,
-        },
-        sha1 if sha1 == ECDSA_SHA1 => &SHA256,
+    let algorithm = match signature_algorithm(cert)? {
+        MD5_WITH_RSA | SHA1_WITH_RSA | SHA256_WITH_RSA | ECDSA_WITH_SHA1 | ECDSA_WITH_SHA256 => {
+            &SHA256
+        }
+        SHA384_WITH_RSA | ECDSA_WITH_SHA384 => &SHA384,
+        SHA512_WITH_RSA | ECDSA_WITH_SHA512 => &SHA512,
         _ => return None,
     };
     Some(digest(algorithm, cert).as_ref().to_vec())
 }
 
-/// The OID of a DER certificate's `signatureAlgorithm`:
-/// `Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm SEQUENCE { OID, .. }, .. }`.
-fn signature_algorithm(cert: &[u8]) -> Option<&[u8]> {
-    let (certificate, _) = der(cert, 0x30)?;
-    let (_tbs, rest) = der(certificate, 0x30)?;
-    let (algorithm, _) = der(rest, 0x30)?;
-    let (oid, _) = der(algorithm, 0x06)?;
-    Some(oid)
-}
+// The signature algorithms whose hash channel binding uses (RFC 5929 §4.1; PKCS#1, RFC 5758).
+const MD5_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.4");
+const SHA1_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.5");
+const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
+const SHA384_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.12");
+const SHA512_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.13");
+const ECDSA_WITH_SHA1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.1");
+const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+const ECDSA_WITH_SHA384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.3");
+const ECDSA_WITH_SHA512: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.4");
 
-/// One DER element of type `tag` at the start of `input`: its contents and what follows it.
-fn der(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (&found, rest) = input.split_first()?;
-    if found != tag {
-        return None;
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |len, &b| (len << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    (rest.len() >= len).then(|| rest.split_at(len))
+/// The OID of a DER certificate's `signatureAlgorithm`, the certificate decoded by `x509-cert`.
+fn signature_algorithm(cert: &[u8]) -> Option<ObjectIdentifier> {
+    Certificate::from_der(cert)
+        .ok()
+        .map(|cert| cert.signature_algorithm.oid)
 }
 
 #[cfg(test)]
@@ -199,7 +175,9 @@ mod tests {
         let pair = ca.issue(&["localhost"]);
         let cert = CertificateDer::from_pem_slice(pair.cert_pem.as_bytes()).unwrap();
         assert_eq!(
-            signature_algorithm(&cert),
+            signature_algorithm(&cert)
+                .as_ref()
+                .map(ObjectIdentifier::as_bytes),
             Some(&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02][..])
         );
         let binding = tls_server_end_point(&cert).unwrap();
@@ -219,9 +197,15 @@ mod tests {
             tls_server_end_point(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
             None
         );
-        assert_eq!(
-            der(&[0x02, 0x01, 0x07, 0x09], 0x02),
-            Some((&[0x07][..], &[0x09][..]))
-        );
+        // A certificate cut short anywhere, or with a byte after it, is not one.
+        let ca = idemgate_tls::testing::TestCa::new("binding test CA");
+        let pair = ca.issue(&["localhost"]);
+        let cert = CertificateDer::from_pem_slice(pair.cert_pem.as_bytes()).unwrap();
+        for cut in 0..cert.len() {
+            assert_eq!(tls_server_end_point(&cert[..cut]), None, "{cut}");
+        }
+        let mut longer = cert.to_vec();
+        longer.push(0);
+        assert_eq!(tls_server_end_point(&longer), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Public-key signatures with *ring*: the keys the asymmetric schemes verify with (ed25519 for
-//! Standard Webhooks' `v1a`, ECDSA P-256 for SendGrid, RSA for Pub/Sub tokens and SNS) and the
-//! private keys their signing helpers use.
+//! Standard Webhooks' `v1a`, ECDSA P-256 for SendGrid, RSA for SNS; Pub/Sub's RS256 tokens are
+//! verified by jsonwebtoken, on *ring* too) and the private keys their signing helpers use.
 
 use std::fmt;
 
@@ -111,12 +111,12 @@ impl PrivateKey {
     }
 }
 
-/// Which RSA signature an SNS message or a JWT carries.
+/// Which RSA signature an SNS message carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RsaHash {
     /// SHA1withRSA: SNS `SignatureVersion` 1.
     Sha1,
-    /// SHA256withRSA: SNS `SignatureVersion` 2, JWT `RS256`.
+    /// SHA256withRSA: SNS `SignatureVersion` 2.
     Sha256,
 }
 
@@ -128,17 +128,6 @@ pub(crate) fn rsa_verifies(key: &[u8], hash: RsaHash, message: &[&[u8]], sig: &[
     };
     signature::UnparsedPublicKey::new(algorithm, key)
         .verify(&message.concat(), sig)
-        .is_ok()
-}
-
-/// Verifies an RSA PKCS#1 v1.5 SHA-256 signature with a JWK's `n` and `e` (big-endian bytes).
-pub(crate) fn rsa_components_verify(n: &[u8], e: &[u8], message: &[&[u8]], sig: &[u8]) -> bool {
-    signature::RsaPublicKeyComponents { n, e }
-        .verify(
-            &signature::RSA_PKCS1_2048_8192_SHA256,
-            &message.concat(),
-            sig,
-        )
         .is_ok()
 }
 

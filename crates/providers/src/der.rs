@@ -1,9 +1,17 @@
-//! Just enough DER to take a public key out of an X.509 certificate or a SubjectPublicKeyInfo,
-//! and PEM armour off either: what *ring* needs is the raw key (an RSA `RSAPublicKey`, an EC
-//! point, an ed25519 key), which lives in the SPKI's bit string.
+//! Public keys out of X.509 certificates and SubjectPublicKeyInfos, and PEM armour off either:
+//! what *ring* needs is the raw key (an RSA `RSAPublicKey`, an EC point, an ed25519 key), which
+//! lives in the SPKI's bit string.
 //!
-//! Only definite lengths up to four bytes and single-byte tags are read: DER allows nothing else
-//! in these structures.
+//! The DER is read by RustCrypto's `x509-cert` (certificates) and `spki` (SubjectPublicKeyInfo),
+//! on their `der` crate, which refuses what is not DER (indefinite or non-minimal lengths,
+//! trailing bytes, truncation). The PEM armour is taken off here, leniently: any label, text
+//! around the block, lines of any length, any whitespace. `der`'s `pem` feature reads RFC 7468's
+//! strict grammar (64-character lines), which keys pasted on one line would fail.
+
+use x509_cert::Certificate;
+use x509_cert::der::asn1::ObjectIdentifier;
+use x509_cert::der::{Decode as _, Encode as _};
+use x509_cert::spki::SubjectPublicKeyInfoRef;
 
 /// A public key as *ring* takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,88 +22,20 @@ pub(crate) enum SpkiKey<'a> {
     P256(&'a [u8]),
 }
 
-const SEQUENCE: u8 = 0x30;
-const INTEGER: u8 = 0x02;
-const BIT_STRING: u8 = 0x03;
-const OID: u8 = 0x06;
-/// `[0] EXPLICIT`: the certificate's version.
-const VERSION: u8 = 0xa0;
-
 /// 1.2.840.113549.1.1.1 (rsaEncryption).
-const RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 /// 1.2.840.10045.2.1 (id-ecPublicKey).
-const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
 /// 1.2.840.10045.3.1.7 (prime256v1, P-256).
-const P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-
-/// One DER element.
-struct Element<'a> {
-    tag: u8,
-    content: &'a [u8],
-    /// The element's bytes, tag and length included.
-    whole: &'a [u8],
-    /// What follows it.
-    rest: &'a [u8],
-}
-
-/// The first element of `input`.
-fn element(input: &[u8]) -> Option<Element<'_>> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None; // high tag numbers: not in these structures
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None; // indefinite, or absurdly long
-        }
-        let (bytes, rest) = rest.split_at(n);
-        let len = bytes
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, rest)
-    };
-    if rest.len() < len {
-        return None;
-    }
-    let (content, after) = rest.split_at(len);
-    let whole = &input[..input.len() - after.len()];
-    Some(Element {
-        tag,
-        content,
-        whole,
-        rest: after,
-    })
-}
-
-/// The content of an element with tag `tag`, and what follows.
-fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let e = element(input)?;
-    (e.tag == tag).then_some((e.content, e.rest))
-}
+const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
 
 /// The SubjectPublicKeyInfo (its whole DER) of an X.509 certificate.
 ///
-/// `Certificate ::= SEQUENCE { tbsCertificate, .. }`, `TBSCertificate ::= SEQUENCE { [0] version
-/// OPTIONAL, serialNumber, signature, issuer, validity, subject, subjectPublicKeyInfo, .. }`.
-pub(crate) fn certificate_spki(cert: &[u8]) -> Option<&[u8]> {
-    let (certificate, _) = expect(cert, SEQUENCE)?;
-    let (tbs, _) = expect(certificate, SEQUENCE)?;
-    let mut rest = tbs;
-    if rest.first() == Some(&VERSION) {
-        rest = element(rest)?.rest;
-    }
-    let (_serial, rest) = expect(rest, INTEGER)?;
-    // signature algorithm, issuer, validity, subject
-    let mut rest = rest;
-    for _ in 0..4 {
-        rest = expect(rest, SEQUENCE)?.1;
-    }
-    let spki = element(rest)?;
-    (spki.tag == SEQUENCE).then_some(spki.whole)
+/// The certificate is decoded whole (`x509-cert`); the SPKI is its own DER again, byte for byte
+/// what the certificate holds (DER has one encoding of a value).
+pub(crate) fn certificate_spki(cert: &[u8]) -> Option<Vec<u8>> {
+    let cert = Certificate::from_der(cert).ok()?;
+    cert.tbs_certificate.subject_public_key_info.to_der().ok()
 }
 
 /// The key inside a SubjectPublicKeyInfo: RSA, or EC on P-256.
@@ -104,20 +44,18 @@ pub(crate) fn certificate_spki(cert: &[u8]) -> Option<&[u8]> {
 /// A short reason: not an SPKI, or a key of another kind.
 pub(crate) fn spki_key(spki: &[u8]) -> Result<SpkiKey<'_>, &'static str> {
     const NOT_SPKI: &str = "not a DER SubjectPublicKeyInfo";
-    let (info, _) = expect(spki, SEQUENCE).ok_or(NOT_SPKI)?;
-    let (algorithm, rest) = expect(info, SEQUENCE).ok_or(NOT_SPKI)?;
-    let (bits, _) = expect(rest, BIT_STRING).ok_or(NOT_SPKI)?;
-    // The first byte of a bit string counts its unused bits: a key has none.
-    let key = match bits.split_first() {
-        Some((0, key)) if !key.is_empty() => key,
+    let info = SubjectPublicKeyInfoRef::from_der(spki).map_err(|_| NOT_SPKI)?;
+    // A key is whole bytes: a bit string with unused bits is not one.
+    let key = match info.subject_public_key.as_bytes() {
+        Some(key) if !key.is_empty() => key,
         _ => return Err(NOT_SPKI),
     };
-    let (oid, params) = expect(algorithm, OID).ok_or(NOT_SPKI)?;
-    if oid == RSA_ENCRYPTION {
+    let algorithm = info.algorithm;
+    if algorithm.oid == RSA_ENCRYPTION {
         Ok(SpkiKey::Rsa(key))
-    } else if oid == EC_PUBLIC_KEY {
-        match expect(params, OID) {
-            Some((curve, _)) if curve == P256 => Ok(SpkiKey::P256(key)),
+    } else if algorithm.oid == EC_PUBLIC_KEY {
+        match algorithm.parameters_oid() {
+            Ok(curve) if curve == P256 => Ok(SpkiKey::P256(key)),
             _ => Err("an EC key on a curve other than P-256"),
         }
     } else {
@@ -153,6 +91,8 @@ pub(crate) fn base64_or_pem(text: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    const SEQUENCE: u8 = 0x30;
+
     /// SendGrid's documented example verification key (P-256).
     const SENDGRID_DOC_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==";
 
@@ -170,12 +110,14 @@ mod tests {
         let pem = include_str!("../tests/fixtures/sns/signing-cert.pem");
         let cert = super::pem(pem, "CERTIFICATE").unwrap();
         let spki = certificate_spki(&cert).unwrap();
-        let SpkiKey::Rsa(key) = spki_key(spki).unwrap() else {
+        let SpkiKey::Rsa(key) = spki_key(&spki).unwrap() else {
             panic!("not RSA");
         };
         // RSAPublicKey ::= SEQUENCE { modulus, publicExponent }: a 2048-bit modulus.
         assert_eq!(key[0], SEQUENCE);
         assert!(key.len() > 256, "{}", key.len());
+        // The SPKI is the certificate's own bytes, and so the key ring is given.
+        assert!(cert.windows(spki.len()).any(|w| w == spki.as_slice()));
     }
 
     #[test]
@@ -197,9 +139,50 @@ mod tests {
         }
         // An SPKI is not a certificate.
         assert!(certificate_spki(&der).is_none());
-        // Lengths that claim more than is there, or use five bytes.
-        assert!(element(&[0x30, 0x85, 0, 0, 0, 0, 1]).is_none());
-        assert!(element(&[0x30, 0x82, 0xff, 0xff, 0]).is_none());
-        assert!(element(&[0x1f, 0x00]).is_none());
+        // Lengths that claim more than is there, or use five bytes; a high tag number.
+        for bad in [
+            &[0x30, 0x85, 0, 0, 0, 0, 1][..],
+            &[0x30, 0x82, 0xff, 0xff, 0],
+            &[0x1f, 0x00],
+        ] {
+            assert_eq!(
+                spki_key(bad),
+                Err("not a DER SubjectPublicKeyInfo"),
+                "{bad:02x?}"
+            );
+            assert!(certificate_spki(bad).is_none(), "{bad:02x?}");
+        }
+    }
+
+    #[test]
+    fn keys_of_other_kinds_are_named() {
+        let der = base64_or_pem(SENDGRID_DOC_KEY).unwrap();
+        let oid = |dotted| ObjectIdentifier::new_unwrap(dotted).as_bytes().to_vec();
+        let swap = |from: Vec<u8>, to: Vec<u8>| {
+            assert_eq!(from.len(), to.len());
+            let at = der.windows(from.len()).position(|w| w == from).unwrap();
+            let mut out = der.clone();
+            out[at..at + to.len()].copy_from_slice(&to);
+            out
+        };
+        // Same-length OIDs, so that the DER around them stays good: prime192v1 is not P-256, and
+        // 1.2.840.10045.2.2 is not id-ecPublicKey.
+        let on_p192 = swap(oid("1.2.840.10045.3.1.7"), oid("1.2.840.10045.3.1.1"));
+        assert_eq!(
+            spki_key(&on_p192),
+            Err("an EC key on a curve other than P-256")
+        );
+        let not_ec = swap(oid("1.2.840.10045.2.1"), oid("1.2.840.10045.2.2"));
+        assert_eq!(spki_key(&not_ec), Err("a key that is neither RSA nor EC"));
+        // Unused bits in the key's bit string: not a key.
+        let mut odd_bits = der.clone();
+        let bits_at = der.len() - 66;
+        assert_eq!(der[bits_at], 0);
+        odd_bits[bits_at] = 1;
+        assert_eq!(spki_key(&odd_bits), Err("not a DER SubjectPublicKeyInfo"));
+        // Bytes after the SPKI: not DER.
+        let mut trailing = der.clone();
+        trailing.push(0);
+        assert_eq!(spki_key(&trailing), Err("not a DER SubjectPublicKeyInfo"));
     }
 }

@@ -8,6 +8,10 @@
 //! ahead, each within the tolerance, and, when configured, `email` is the push subscription's
 //! service account with `email_verified` true. The event id is the body's `message.messageId`.
 //!
+//! The token is read and its signature verified by `jsonwebtoken` (on *ring*), told to check
+//! nothing else: the claims are checked here, so that each refusal names its claim. Its parts are
+//! base64url without padding, as RFC 7515 writes them.
+//!
 //! The JWKS is given at configuration ([`Jwks::Document`]) or fetched by the caller
 //! ([`Jwks::Url`]: [`Verifier::needs`](crate::Verifier::needs) names it, and the caller passes it
 //! in with [`Delivery::with_document`](crate::Delivery::with_document)). A token whose `kid` is
@@ -18,9 +22,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderName};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use crate::asym::{RsaSigner, rsa_components_verify};
+use crate::asym::RsaSigner;
 use crate::error::{ConfigError, SignError, VerifyError};
 use crate::util::{header, malformed};
 
@@ -197,18 +203,17 @@ impl Compiled {
                 "the token is not three dot-separated parts",
             ));
         };
-        let decode_json = |part: &str| -> Result<Value, VerifyError> {
-            let bytes =
-                b64url(part).ok_or_else(|| malformed(name, "a token part is not base64url"))?;
-            serde_json::from_slice(&bytes).map_err(|_| malformed(name, "a token part is not JSON"))
-        };
-        let head = decode_json(head)?;
-        let signature =
-            b64url(sig).ok_or_else(|| malformed(name, "the token signature is not base64url"))?;
-        if head.get("alg").and_then(Value::as_str) != Some("RS256") {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| header_refused(name, head, &e))?;
+        // Checked here, before the algorithm, so that a signature jsonwebtoken could not decode is
+        // named as such (its own error does not say which part).
+        if TOKEN_PART.decode(sig).is_err() {
+            return Err(malformed(name, "the token signature is not base64url"));
+        }
+        if header.alg != Algorithm::RS256 {
             return Err(malformed(name, "the token is not signed with RS256"));
         }
-        let kid = head.get("kid").and_then(Value::as_str);
+        let kid = header.kid.as_deref();
         let fetched;
         let keys = match (&self.keys, document) {
             (Some(keys), _) => keys,
@@ -234,14 +239,7 @@ impl Compiled {
                 kid: kid.unwrap_or_default().chars().take(64).collect(),
             });
         }
-        let signed = [head_and_payload(token).as_bytes()];
-        if !candidates
-            .iter()
-            .any(|k| rsa_components_verify(&k.n, &k.e, &signed, &signature))
-        {
-            return Err(VerifyError::BadSignature);
-        }
-        let claims = decode_json(payload)?;
+        let claims = verified_claims(name, token, payload, &candidates)?;
         self.check_claims(&claims, now, tolerance)
     }
 
@@ -299,8 +297,69 @@ impl Compiled {
     }
 }
 
-fn head_and_payload(token: &str) -> &str {
-    token.rsplit_once('.').map_or(token, |(signed, _)| signed)
+/// How a token's parts are encoded: base64url without padding, as jsonwebtoken reads them.
+const TOKEN_PART: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// A token part as JSON, if it is base64url and JSON.
+fn json_part(part: &str) -> Option<Value> {
+    serde_json::from_slice(&TOKEN_PART.decode(part).ok()?).ok()
+}
+
+/// Why [`jsonwebtoken::decode_header`] refused the token's header `head`, said as before.
+fn header_refused(name: &HeaderName, head: &str, e: &jsonwebtoken::errors::Error) -> VerifyError {
+    match e.kind() {
+        ErrorKind::Base64(_) => malformed(name, "a token part is not base64url"),
+        // jsonwebtoken reads the header into its own struct, whose `alg` is one it knows: a
+        // header with none, or another, is a JSON error there.
+        ErrorKind::Json(_) => match json_part(head) {
+            None => malformed(name, "a token part is not JSON"),
+            Some(head) if head.get("alg").and_then(Value::as_str) != Some("RS256") => {
+                malformed(name, "the token is not signed with RS256")
+            }
+            Some(_) => malformed(name, "the token header is not a JWS header"),
+        },
+        _ => malformed(name, "the token header does not decode"),
+    }
+}
+
+/// The claims of `token` (whose middle part is `payload`) once its RS256 signature verifies with
+/// one of `keys`: jsonwebtoken checks the signature and nothing else (the claims are
+/// [`Compiled::check_claims`]' to check).
+fn verified_claims(
+    name: &HeaderName,
+    token: &str,
+    payload: &str,
+    keys: &[&Jwk],
+) -> Result<Value, VerifyError> {
+    let mut signature_only = Validation::new(Algorithm::RS256);
+    signature_only.required_spec_claims.clear();
+    signature_only.validate_exp = false;
+    signature_only.validate_nbf = false;
+    signature_only.validate_aud = false;
+    signature_only.iss = None;
+    signature_only.sub = None;
+    signature_only.aud = None;
+    for key in keys {
+        let key = DecodingKey::from_rsa_raw_components(&key.n, &key.e);
+        let e = match jsonwebtoken::decode::<Value>(token, &key, &signature_only) {
+            Ok(token) => return Ok(token.claims),
+            Err(e) => e,
+        };
+        match e.kind() {
+            ErrorKind::InvalidSignature => {}
+            // The signature decoded above: the payload does not.
+            ErrorKind::Base64(_) => return Err(malformed(name, "a token part is not base64url")),
+            // The header parsed above: the payload is not JSON, or, signed, JSON that is not
+            // an object, which jsonwebtoken cannot read its claims from (the claims' checks
+            // refuse it).
+            ErrorKind::Json(_) => {
+                return json_part(payload)
+                    .ok_or_else(|| malformed(name, "a token part is not JSON"));
+            }
+            _ => return Err(malformed(name, "the token does not decode")),
+        }
+    }
+    Err(VerifyError::BadSignature)
 }
 
 /// A token Google would send: `claims` (a JSON object: `aud`, `iss`, `iat`, `exp`, `email`, ..)
@@ -344,4 +403,157 @@ pub fn jwks_of(private_key: &[u8], kid: &str) -> Result<String, SignError> {
         "n": URL_SAFE.encode(n), "e": URL_SAFE.encode(e),
     }]})
     .to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = include_str!("../tests/fixtures/pubsub/signing-key.pem");
+    const NOW: u64 = 1_800_000_000;
+    const AUDIENCE: &str = "https://hooks.example.com/hooks/pubsub";
+
+    fn compiled() -> Compiled {
+        let jwks = jwks_of(KEY.as_bytes(), "k1").unwrap();
+        Compiled::new(&Pubsub {
+            audience: AUDIENCE.to_owned(),
+            jwks: Jwks::Document(jwks.into_bytes()),
+            ..Pubsub::default()
+        })
+        .unwrap()
+    }
+
+    fn claims() -> Value {
+        serde_json::json!({
+            "aud": AUDIENCE, "iss": "https://accounts.google.com", "iat": NOW, "exp": NOW + 3600,
+        })
+    }
+
+    /// `head.payload` signed with the fixture key, the signature appended.
+    fn signed(head: &str, payload: &str) -> String {
+        let key = RsaSigner::new(KEY.as_bytes()).unwrap();
+        let signature = key.sign_sha256(format!("{head}.{payload}").as_bytes());
+        format!("{head}.{payload}.{}", URL_SAFE.encode(signature))
+    }
+
+    fn part(json: &Value) -> String {
+        URL_SAFE.encode(json.to_string())
+    }
+
+    fn check(token: &str) -> Result<SystemTime, VerifyError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION_HEADER,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        compiled().check(
+            &headers,
+            None,
+            UNIX_EPOCH + Duration::from_secs(NOW),
+            Duration::from_secs(300),
+        )
+    }
+
+    fn why(token: &str) -> &'static str {
+        match check(token) {
+            Err(VerifyError::MalformedHeader { why, .. }) => why,
+            other => panic!("{token}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_token_and_its_signed_time() {
+        let token = sign_token(KEY.as_bytes(), "k1", &claims()).unwrap();
+        assert_eq!(
+            check(&token).unwrap(),
+            UNIX_EPOCH + Duration::from_secs(NOW)
+        );
+        // Without a kid every key is tried.
+        let token = signed(
+            &part(&serde_json::json!({"alg": "RS256"})),
+            &part(&claims()),
+        );
+        assert!(check(&token).is_ok());
+    }
+
+    #[test]
+    fn each_malformed_token_is_named() {
+        let head = part(&serde_json::json!({"alg": "RS256", "kid": "k1"}));
+        let payload = part(&claims());
+        let good = signed(&head, &payload);
+        let sig = good.rsplit_once('.').unwrap().1;
+        assert_eq!(why("a.b"), "the token is not three dot-separated parts");
+        assert_eq!(why("a.b.c.d"), "the token is not three dot-separated parts");
+        assert_eq!(
+            why(&format!("!!.{payload}.{sig}")),
+            "a token part is not base64url"
+        );
+        let not_json = URL_SAFE.encode("{alg");
+        assert_eq!(
+            why(&format!("{not_json}.{payload}.{sig}")),
+            "a token part is not JSON"
+        );
+        assert_eq!(
+            why(&format!("{head}.{payload}.!!")),
+            "the token signature is not base64url"
+        );
+        for alg in [
+            serde_json::json!({"alg": "HS256"}),
+            serde_json::json!({"alg": "none"}),
+            serde_json::json!({"alg": "RS257"}),
+            serde_json::json!({"kid": "k1"}),
+            serde_json::json!([]),
+        ] {
+            let token = signed(&part(&alg), &payload);
+            assert_eq!(why(&token), "the token is not signed with RS256", "{alg}");
+        }
+        let odd = signed(
+            &part(&serde_json::json!({"alg": "RS256", "kid": 7})),
+            &payload,
+        );
+        assert_eq!(why(&odd), "the token header is not a JWS header");
+        // A payload that does not decode, signed.
+        assert_eq!(why(&signed(&head, "!!")), "a token part is not base64url");
+        assert_eq!(why(&signed(&head, &not_json)), "a token part is not JSON");
+        // Padding is not base64url as JWS writes it.
+        let padded = URL_SAFE.encode(r#"{"alg":"RS256","kid":"k1"}"#);
+        let padded = format!("{padded}=");
+        assert_eq!(
+            why(&signed(&padded, &payload)),
+            "a token part is not base64url"
+        );
+    }
+
+    #[test]
+    fn the_signature_comes_before_the_payload_and_claims() {
+        let head = part(&serde_json::json!({"alg": "RS256", "kid": "k1"}));
+        let payload = part(&claims());
+        let good = signed(&head, &payload);
+        let sig = good.rsplit_once('.').unwrap().1;
+        // Another payload under this signature, even one that is not JSON: a bad signature.
+        let other = part(&serde_json::json!({"aud": "x"}));
+        assert!(matches!(
+            check(&format!("{head}.{other}.{sig}")),
+            Err(VerifyError::BadSignature)
+        ));
+        assert!(matches!(
+            check(&format!("{head}.!!.{sig}")),
+            Err(VerifyError::BadSignature)
+        ));
+        // A key not in the JWKS.
+        let head = part(&serde_json::json!({"alg": "RS256", "kid": "k2"}));
+        assert!(matches!(
+            check(&signed(&head, &payload)),
+            Err(VerifyError::UnknownKey { kid }) if kid == "k2"
+        ));
+        // Signed claims that are JSON but no object: refused by their first check.
+        let head = part(&serde_json::json!({"alg": "RS256", "kid": "k1"}));
+        for claims in ["[]", "\"x\"", "7"] {
+            let token = signed(&head, &URL_SAFE.encode(claims));
+            assert!(
+                matches!(check(&token), Err(VerifyError::Claim { claim: "aud", .. })),
+                "{claims}"
+            );
+        }
+    }
 }

@@ -286,7 +286,7 @@ impl Compiled {
         let pem = std::str::from_utf8(pem).map_err(|_| bad_document("not PEM text"))?;
         let cert = der::pem(pem, "CERTIFICATE").ok_or(bad_document("no PEM certificate"))?;
         let spki = der::certificate_spki(&cert).ok_or(bad_document("not an X.509 certificate"))?;
-        let SpkiKey::Rsa(key) = der::spki_key(spki).map_err(bad_document)? else {
+        let SpkiKey::Rsa(key) = der::spki_key(&spki).map_err(bad_document)? else {
             return Err(bad_document("the certificate's key is not RSA"));
         };
         let hash = match text(&m, "SignatureVersion")? {
