@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML configuration, validated once at load; [`allow`]: a source's
-//!   `allow_from` networks.
+//! - [`config`]: the TOML configuration, validated once at load, and each source's
+//!   [`verifier`] built from its keys; [`allow`]: a source's `allow_from` networks.
 //! - the store: [`AnyStore`] and [`Dedup`](idemgate::Dedup) from the `idemgate` facade, which
 //!   chooses the engine at start (SQLite by default, PostgreSQL and Redis behind features).
 //! - `state`: [`AppState`], what every handler shares, and the one place each outcome is logged
@@ -24,6 +24,7 @@
 //!   lease, delivers them, retries with backoff, dead-letters what runs out of attempts.
 //! - [`audit`]: the window audit: whether a broker destination's own dedup window covers the
 //!   time after a first publish at which idemgate may publish the same event again.
+//! - `openapi`: `/openapi.json`, the claim API's description with the configured source names.
 //! - [`api`]: the claim API for workers (`/v1/claims`, `/v1/events`), described by
 //!   `/openapi.json`.
 //! - `admin`: `/healthz` (a real round trip to each component), `/livez` (the process answers),
@@ -62,6 +63,7 @@ mod forward;
 mod guard;
 mod health;
 mod ingest;
+mod openapi;
 mod process;
 mod server;
 mod state;
@@ -72,7 +74,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 pub use crate::config::Config;
-pub use crate::ingest::verifier;
+pub use crate::config::verifier;
 pub use crate::outcome::Outcome;
 pub use crate::server::{
     Listeners, SERVE_LOCK, StartError, bind_admin, open, run, serve, serve_on,

@@ -273,7 +273,7 @@ impl AppState {
                 .map(|t| (config::token::digest(&t.token), t.scopes.clone()))
                 .collect(),
             limits: config.limits.clone(),
-            openapi: crate::api::openapi(config.sources.iter().map(|s| s.name.as_str())),
+            openapi: crate::openapi::openapi(config.sources.iter().map(|s| s.name.as_str())),
             stats: Mutex::default(),
             counting: tokio::sync::Mutex::new(()),
             dashboard: crate::dashboard::kept::Dashboard::new(config),
@@ -638,7 +638,7 @@ fn build_source(
     clients: &mut Clients,
 ) -> Result<Source, config::ConfigError> {
     let policy = sc.policy(index)?;
-    let verifier = crate::ingest::verifier(sc)?;
+    let verifier = crate::config::verifier(sc)?;
     let body_limit = sc.body_limit(body_limit, verifier.scheme());
     Ok(Source {
         name: policy.name.clone(),

@@ -19,9 +19,11 @@ mod asym;
 mod report;
 mod tls;
 pub(crate) mod token;
+mod verifier;
 
 pub use tls::SourceTls;
 pub use token::{ApiToken, Scope};
+pub use verifier::verifier;
 
 /// Environment variables that share the prefix but are not configuration.
 const NOT_CONFIG: &[&str] = &["config", "log", "data_dir", "test_postgres", "test_redis"];
