@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idemgate_core::store::ClaimStore;
@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::config::Scope;
 use crate::error::AppError;
 use crate::outcome::{Outcome, labelled};
+use crate::path::PathParams;
 use crate::{AppState, Source};
 
 /// The routes this module serves, as `(method, path)`; `/openapi.json` must describe exactly these.
@@ -237,7 +238,7 @@ async fn finish(
 
 pub(crate) async fn complete(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    PathParams((source, event_id)): PathParams<(String, String)>,
     body: Bytes,
 ) -> Response {
     let response = finish(&state, &source, &event_id, &body, true)
@@ -248,7 +249,7 @@ pub(crate) async fn complete(
 
 pub(crate) async fn release(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    PathParams((source, event_id)): PathParams<(String, String)>,
     body: Bytes,
 ) -> Response {
     let response = finish(&state, &source, &event_id, &body, false)
@@ -261,7 +262,7 @@ pub(crate) async fn release(
 #[tracing::instrument(name = "api_lookup", skip(state))]
 pub(crate) async fn event(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    PathParams((source, event_id)): PathParams<(String, String)>,
 ) -> Result<Response, AppError> {
     // Like the claim routes: a source this gateway does not serve is 404 (`idemgate lookup`
     // still reads the events of a source removed from the config).
@@ -293,7 +294,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
 #[tracing::instrument(name = "api_replay", skip(state, body))]
 pub(crate) async fn replay(
     State(state): State<AppState>,
-    Path(source): Path<String>,
+    PathParams(source): PathParams<String>,
     body: Bytes,
 ) -> Response {
     let response = replay_dead_letters(&state, &source, &body)

@@ -140,9 +140,6 @@ async fn as_problem(response: Response) -> Response {
             (Outcome::BodyTooLarge, "the body is larger than the limit")
         }
         StatusCode::NOT_FOUND => (Outcome::NotFound, "no such route"),
-        StatusCode::BAD_REQUEST if text.contains("URL") || text.contains("path") => {
-            (Outcome::InvalidPath, "the path does not decode")
-        }
         StatusCode::BAD_REQUEST => (Outcome::BadRequest, "the request is malformed"),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => {
             (Outcome::UnsupportedMediaType, "unsupported media type")

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use axum::body::{Body, Bytes};
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -34,11 +34,12 @@ use crate::config::SnsSubscription;
 use crate::error::{AppError, ErrorChain};
 use crate::event::{Answer, handle};
 use crate::outcome::Outcome;
+use crate::path::PathParams;
 use crate::{AppState, Source};
 
 pub(crate) async fn hook(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();

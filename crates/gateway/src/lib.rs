@@ -64,6 +64,7 @@ mod guard;
 mod health;
 mod ingest;
 mod openapi;
+mod path;
 mod process;
 mod server;
 mod state;

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use idemgate_core::advise::{self, Observation};
@@ -58,6 +58,7 @@ use crate::AppState;
 use crate::config::Mode;
 use crate::error::{AppError, ErrorChain};
 use crate::outcome::Outcome;
+use crate::path::PathParams;
 use crate::state::Counted;
 
 /// How far back the advisor looks: `idemgate advise`'s default.
@@ -502,7 +503,7 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
 /// `GET /dashboard/events/{source}/{event_id}`: one event's record and history.
 pub(crate) async fn event_page(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    PathParams((source, event_id)): PathParams<(String, String)>,
     req: Request,
 ) -> Response {
     let query = PageQuery::of(&req);
