@@ -550,6 +550,9 @@ impl idemgate_core::HistoryExport for AnyStore {
     }
 }
 
+/// What a store without an inbox is refused with.
+const INBOX: &str = "an inbox (inbox sources need store.kind = \"sqlite\" or \"postgres\")";
+
 /// Inbox mode's queue: behind a Redis tier, the store of record's (the tier caches claims, not
 /// queues). The Redis store keeps none: an inbox source on it is refused at start, since its
 /// queue must be written in the claim's transaction.
@@ -559,9 +562,7 @@ impl Inbox for AnyStore {
         req: ClaimRequest,
         item: QueuedItem,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
-            .enqueue(req, item)
-            .await
+        self.need(INBOX, |s| s.inbox())?.enqueue(req, item).await
     }
     async fn requeue(
         &self,
@@ -569,7 +570,7 @@ impl Inbox for AnyStore {
         item: QueuedItem,
         reason: &str,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .requeue(req, item, reason)
             .await
     }
@@ -580,12 +581,12 @@ impl Inbox for AnyStore {
         lease: Duration,
         holder: Option<&Holder>,
     ) -> Result<Vec<Taken>, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .take(source, limit, lease, holder)
             .await
     }
     async fn delivered(&self, item: ItemRef) -> Result<(), StoreError> {
-        self.need("an inbox", |s| s.inbox())?.delivered(item).await
+        self.need(INBOX, |s| s.inbox())?.delivered(item).await
     }
     async fn retry_later(
         &self,
@@ -593,12 +594,12 @@ impl Inbox for AnyStore {
         failure: &Failure,
         delay: Duration,
     ) -> Result<(), StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .retry_later(item, failure, delay)
             .await
     }
     async fn dead_letter(&self, item: ItemRef, failure: &Failure) -> Result<(), StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .dead_letter(item, failure)
             .await
     }
@@ -607,19 +608,19 @@ impl Inbox for AnyStore {
         filter: &ReplayFilter,
         limit: NonZeroU32,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .dead_letters(filter, limit)
             .await
     }
     async fn queued(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
-        self.need("an inbox", |s| s.inbox())?.queued(key).await
+        self.need(INBOX, |s| s.inbox())?.queued(key).await
     }
     async fn replay_dead_letters(
         &self,
         filter: &ReplayFilter,
         reason: &str,
     ) -> Result<u64, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .replay_dead_letters(filter, reason)
             .await
     }
@@ -628,11 +629,11 @@ impl Inbox for AnyStore {
         retention: Duration,
         batch: NonZeroU32,
     ) -> Result<u64, StoreError> {
-        self.need("an inbox", |s| s.inbox())?
+        self.need(INBOX, |s| s.inbox())?
             .purge_dead_letters(retention, batch)
             .await
     }
     async fn inbox_stats(&self) -> Result<Vec<InboxStats>, StoreError> {
-        self.need("an inbox", |s| s.inbox())?.inbox_stats().await
+        self.need(INBOX, |s| s.inbox())?.inbox_stats().await
     }
 }
