@@ -426,7 +426,7 @@ async fn history_retention(
             let mut rows = 0u64;
             // With an archive, history leaves only once the archive holds it.
             if let Some(archiving) = &state.archiving {
-                crate::archiving::run(&state, archiving, retention).await;
+                crate::archiving::run(&state.store, archiving, retention).await;
             }
             while state.archiving.is_none() {
                 match state.store.purge_history(retention, BATCH).await {

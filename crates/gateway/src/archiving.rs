@@ -13,7 +13,7 @@ use idemgate_archive::{Archive, ArchiveConfig, Day};
 use idemgate_core::{HistoryExport, RetentionUnit, Timestamp};
 
 use crate::error::ErrorChain;
-use crate::state::AppState;
+use idemgate::AnyStore;
 
 /// Rows a SQLite drop deletes per transaction.
 const BATCH: NonZeroU32 = NonZeroU32::new(5_000).expect("non-zero");
@@ -73,8 +73,8 @@ impl Archiving {
 
 /// One run: export what is due, then drop what is past the retention and archived. Errors are
 /// kept in the status (and logged); nothing is dropped after one.
-pub(crate) async fn run(state: &AppState, archiving: &Archiving, retention: Duration) {
-    let outcome = run_inner(state, archiving, retention).await;
+pub(crate) async fn run(store: &AnyStore, archiving: &Archiving, retention: Duration) {
+    let outcome = run_inner(store, archiving, retention).await;
     archiving.update(|s| {
         s.ran = true;
         s.holding = outcome.err();
@@ -85,12 +85,11 @@ pub(crate) async fn run(state: &AppState, archiving: &Archiving, retention: Dura
 }
 
 async fn run_inner(
-    state: &AppState,
+    store: &AnyStore,
     archiving: &Archiving,
     retention: Duration,
 ) -> Result<(), String> {
     let archive = archiving.archive.as_ref().map_err(Clone::clone)?;
-    let store = &state.store;
     // 1. Export the closed days due (from the oldest the database holds, the first time).
     let units = store
         .history_past(retention)
@@ -115,7 +114,7 @@ async fn run_inner(
             .await
             .map_err(|e| format!("counting history per day: {}", ErrorChain(&e)))?;
         for d in &days.days {
-            ensure_archived(archiving, archive, state, d).await?;
+            ensure_archived(archiving, archive, store, d).await?;
         }
         archiving.update(|s| {
             s.through = Some(Day::of(due_until.start().minus(Duration::from_millis(1))))
@@ -124,7 +123,7 @@ async fn run_inner(
     // 2. Drop what is past the retention, one unit at a time, oldest first, each only once the
     //    archive holds every day of it.
     for unit in &units {
-        drop_unit(archiving, archive, state, unit, retention).await?;
+        drop_unit(archiving, archive, store, unit, retention).await?;
         archiving.update(|s| s.dropped += 1);
     }
     Ok(())
@@ -134,14 +133,14 @@ async fn run_inner(
 async fn ensure_archived(
     archiving: &Archiving,
     archive: &Archive,
-    state: &AppState,
+    store: &AnyStore,
     day: &idemgate_core::HistoryDay,
 ) -> Result<(), String> {
     let d = Day::of(day.start);
     if archive.confirm(&day.source, d, day.rows).await.is_ok() {
         return Ok(());
     }
-    let manifest = idemgate_archive::export_day(&state.store, archive, day, |_| {})
+    let manifest = idemgate_archive::export_day(store, archive, day, |_| {})
         .await
         .map_err(|e| format!("exporting {} {d}: {e}", day.source))?;
     archive
@@ -166,24 +165,22 @@ async fn ensure_archived(
 async fn drop_unit(
     archiving: &Archiving,
     archive: &Archive,
-    state: &AppState,
+    store: &AnyStore,
     unit: &RetentionUnit,
     retention: Duration,
 ) -> Result<(), String> {
-    let days = state
-        .store
+    let days = store
         .history_days(None, unit.from, unit.until)
         .await
         .map_err(|e| format!("counting {}: {}", unit.name, ErrorChain(&e)))?;
     for d in &days.days {
-        ensure_archived(archiving, archive, state, d)
+        ensure_archived(archiving, archive, store, d)
             .await
             .map_err(|why| format!("history {} kept in the database: {why}", unit.name))?;
     }
     let mut rows = 0u64;
     loop {
-        let n = state
-            .store
+        let n = store
             .drop_history(unit, retention, BATCH)
             .await
             .map_err(|e| format!("dropping {}: {}", unit.name, ErrorChain(&e)))?;

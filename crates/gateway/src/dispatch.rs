@@ -60,70 +60,15 @@ pub(crate) fn spawn(state: &AppState, cancel: &CancellationToken) -> Vec<JoinHan
         .collect()
 }
 
-/// The inbox sources whose dispatcher runs now: each dispatcher is in it from its start until it
-/// ends, however it ends (a drop guard takes it out, a panic included).
-#[derive(Debug, Default)]
-pub(crate) struct Running(std::sync::Mutex<std::collections::BTreeSet<String>>);
-
-impl Running {
-    fn start(&self, source: &str) -> RunningGuard<'_> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(source.to_owned());
-        RunningGuard {
-            running: self,
-            source: source.to_owned(),
-        }
-    }
-
-    /// The inbox sources of `state` whose dispatcher does not run, sorted.
-    pub(crate) fn stopped(&self, state: &AppState) -> Vec<String> {
-        let running = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut stopped: Vec<String> = state
-            .sources
-            .values()
-            .filter(|s| s.mode == Mode::Inbox && !running.contains(s.name.as_str()))
-            .map(|s| s.name.as_str().to_owned())
-            .collect();
-        stopped.sort();
-        stopped
-    }
-}
-
-/// Takes its source out of [`Running`] when the dispatcher ends.
-#[derive(Debug)]
-struct RunningGuard<'a> {
-    running: &'a Running,
-    source: String,
-}
-
-impl Drop for RunningGuard<'_> {
-    fn drop(&mut self) {
-        self.running
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.source);
-    }
-}
-
-/// The lease a dispatcher takes an item under: it covers a delivery of at most `timeout` and its
-/// report, with room to spare. An item whose dispatcher stopped is taken again once it lapses.
-pub(crate) fn item_lease(timeout: Duration) -> Duration {
-    timeout.saturating_mul(2) + Duration::from_secs(5)
-}
-
 /// One source's dispatcher.
 #[tracing::instrument(name = "dispatcher", skip(state, cancel))]
 async fn run(state: AppState, source: String, cancel: CancellationToken) {
     let Ok(src) = state.source(&source) else {
         return;
     };
-    let _running = state.dispatchers.start(&source);
     let d = &src.dispatch;
     let slots = Arc::new(Semaphore::new(d.concurrency.get() as usize));
-    let lease = item_lease(d.timeout);
+    let lease = d.item_lease();
     let mut deliveries = JoinSet::new();
     let mut idle = IDLE_MIN;
     let mut lag_checked = Instant::now();
@@ -509,7 +454,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(state.dispatchers.stopped(&state).is_empty());
+        assert!(crate::health::stopped_dispatchers(&state).is_empty());
         let (_, health) = get(&state, "/healthz").await;
         let health: serde_json::Value = serde_json::from_str(&health).unwrap();
         let tasks = health["components"]

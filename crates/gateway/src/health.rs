@@ -9,23 +9,7 @@ use idemgate_core::inbox::InboxStats;
 
 use crate::AppState;
 
-/// How a component stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Level {
-    /// Nothing to say.
-    Ok,
-    /// Works, with something an operator should look at (dead letters, a failing downstream).
-    Warn,
-    /// Not doing its job (a queue past its `queue_lag`, a stopped dispatcher).
-    Bad,
-}
-
-/// A component's level and why, in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub(crate) level: Level,
-    pub(crate) why: String,
-}
+pub(crate) use crate::verdict::{Level, Verdict};
 
 /// The inbox sources' queues, as the store counted them: a queue whose oldest item is older than
 /// its source's `queue_lag` is bad (the TTL no longer covers the sender's retries past it); dead
@@ -88,10 +72,25 @@ pub(crate) fn inbox(state: &AppState, inbox: &[InboxStats]) -> Verdict {
     }
 }
 
+/// The inbox sources of `state` whose dispatcher does not run now (its supervised task,
+/// `dispatcher:{source}`, is not running: not started yet, ended, or waiting to be restarted
+/// after a panic), sorted.
+pub(crate) fn stopped_dispatchers(state: &AppState) -> Vec<String> {
+    let mut stopped: Vec<String> = state
+        .sources
+        .values()
+        .filter(|s| s.mode == crate::config::Mode::Inbox)
+        .map(|s| s.name.as_str().to_owned())
+        .filter(|name| !state.tasks.running(&format!("dispatcher:{name}")))
+        .collect();
+    stopped.sort();
+    stopped
+}
+
 /// The inbox dispatchers: one runs for each inbox source while the gateway serves; one that
 /// stopped (it panicked, or the gateway is stopping) is bad.
 pub(crate) fn dispatchers(state: &AppState) -> Verdict {
-    let stopped = state.dispatchers.stopped(state);
+    let stopped = stopped_dispatchers(state);
     if stopped.is_empty() {
         Verdict {
             level: Level::Ok,
@@ -141,7 +140,7 @@ pub(crate) fn archive(state: &AppState) -> Option<Verdict> {
 /// work as configured (its stream or exchange gone) is bad. `None` when no source publishes to a
 /// broker.
 pub(crate) fn destinations(state: &AppState) -> Option<Verdict> {
-    use crate::audit::Standing;
+    use crate::window::Standing;
     let audits = crate::audit::latest(state);
     if audits.is_empty() {
         return None;
@@ -159,7 +158,7 @@ pub(crate) fn destinations(state: &AppState) -> Option<Verdict> {
     let why = if level == Level::Ok {
         let rabbit = audits
             .iter()
-            .filter(|(_, a)| a.finding == crate::audit::Finding::NoBrokerDedup)
+            .filter(|(_, a)| a.finding == crate::window::Finding::NoBrokerDedup)
             .map(|(name, _)| name.as_str())
             .collect::<Vec<_>>();
         if rabbit.is_empty() {

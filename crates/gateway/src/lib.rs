@@ -17,11 +17,15 @@
 //!   forward (or acknowledge) and complete, or release so the sender retries.
 //! - `forward`: the outgoing HTTP client (`http://` and `https://` through rustls, one per
 //!   source's TLS settings), the forward POST and a GET of a small document.
+//! - `target`: a destination URL (`forward_url`) parsed and checked at load, shown without its
+//!   credentials.
 //! - `destination`: where a source's events go (`forward_url`): HTTP through `forward`, a
 //!   JetStream publish or a confirmed RabbitMQ publish; each broker's connection shared and
 //!   reopened with backoff, and the stream's duplicate window read for the window audit.
 //! - `dispatch`: inbox mode's dispatcher, one task per inbox source: takes queued items under a
 //!   lease, delivers them, retries with backoff, dead-letters what runs out of attempts.
+//! - `window`: what the window audit judges (a source's exposure, the broker's finding, the
+//!   two judged), types and arithmetic only.
 //! - [`audit`]: the window audit: whether a broker destination's own dedup window covers the
 //!   time after a first publish at which idemgate may publish the same event again.
 //! - `openapi`: `/openapi.json`, the claim API's description with the configured source names.
@@ -30,7 +34,8 @@
 //! - `admin`: `/healthz` (a real round trip to each component), `/livez` (the process answers),
 //!   `/readyz` (the store at this binary's schema, the dispatchers running) and `/metrics`
 //!   (Prometheus); [`router`] serves them, with the dashboard, on `admin_listen` when it is set.
-//! - `health`: the judgements `/healthz`, `/readyz` and the dashboard share.
+//! - `health`: the judgements `/healthz`, `/readyz` and the dashboard share; `verdict`: the
+//!   level and the words they speak in.
 //! - `tasks`: the background tasks, supervised: a panic is logged, counted, shown on `/healthz`
 //!   and the task restarted with backoff.
 //! - `process`: this process's identity (for its boot) and its `process_*` metrics.
@@ -68,7 +73,10 @@ mod path;
 mod process;
 mod server;
 mod state;
+mod target;
 mod tasks;
+mod verdict;
+mod window;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

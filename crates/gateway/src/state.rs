@@ -30,8 +30,8 @@ pub struct Source {
     /// claimed.
     pub(crate) destination: Option<Arc<crate::destination::Destination>>,
     /// How long after a first publish idemgate may publish an event again: what a broker
-    /// destination's dedup window is judged against ([`crate::audit`]).
-    pub(crate) exposure: crate::audit::Exposure,
+    /// destination's dedup window is judged against ([`crate::window`]).
+    pub(crate) exposure: crate::window::Exposure,
     /// The documents the verifier needs (`pubsub` with a `jwks_url`, `sns`), fetched and kept.
     pub(crate) documents: Option<crate::documents::Documents>,
     /// `sns`: what a verified subscription confirmation leads to.
@@ -54,7 +54,7 @@ pub struct Source {
 impl Source {
     /// Where deliveries go, without credentials (`forward_url` as parsed); `None` when a
     /// delivery is acknowledged once claimed.
-    pub fn destination(&self) -> Option<&crate::destination::Target> {
+    pub fn destination(&self) -> Option<&crate::target::Target> {
         self.destination.as_ref().map(|d| &d.target)
     }
 
@@ -133,8 +133,6 @@ pub struct Inner {
     pub(crate) forwards: tokio_util::task::TaskTracker,
     /// The bytes of request bodies held at once, across every connection.
     pub(crate) body_budget: crate::budget::BodyBudget,
-    /// The inbox sources whose dispatcher runs now.
-    pub(crate) dispatchers: crate::dispatch::Running,
     /// The background tasks, supervised: panics logged, counted, shown, and restarted.
     pub(crate) tasks: crate::tasks::Tasks,
     /// `trusted_proxies`: whose `X-Forwarded-For` names the client.
@@ -253,7 +251,6 @@ impl AppState {
             holder,
             inbox_wakeup: tokio::sync::Notify::new(),
             forwards: tokio_util::task::TaskTracker::new(),
-            dispatchers: crate::dispatch::Running::default(),
             tasks: crate::tasks::Tasks::new(metrics.clone()),
             trusted_proxies: config.trusted_proxies().into(),
             data_lock: Mutex::default(),
@@ -648,7 +645,7 @@ fn build_source(
                 // An HTTP destination sends with its (shared) client; a broker with its own
                 // connection, speaking TLS as `policy.tls` says.
                 let http = match target {
-                    crate::destination::Target::Http(_) => clients.get(sc, policy.tls.as_ref())?,
+                    crate::target::Target::Http(_) => clients.get(sc, policy.tls.as_ref())?,
                     _ => clients.get(sc, None)?,
                 };
                 Some(Arc::new(crate::destination::Destination::new(
@@ -658,7 +655,7 @@ fn build_source(
                 )))
             }
         },
-        exposure: crate::audit::Exposure::of(sc, &policy),
+        exposure: crate::window::Exposure::of(sc, &policy),
         documents: documents(sc)?,
         sns_subscription: sc.sns_subscription.unwrap_or_default(),
         policy,

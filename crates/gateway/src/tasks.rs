@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::health::{Level, Verdict};
 use crate::metrics::Metrics;
+use crate::verdict::{Level, Verdict};
 
 /// The first wait before a panicked task is restarted; it doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -146,6 +146,16 @@ impl Tasks {
         let why = panic_message(e);
         self.panicked(name, &why, None);
         tracing::error!(task = %name, panic = %why, "a background task panicked");
+    }
+
+    /// Whether the supervised task `name` runs now (started, not ended, not waiting to be
+    /// restarted).
+    pub(crate) fn running(&self, name: &str) -> bool {
+        self.table
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .is_some_and(|r| r.running)
     }
 
     /// Stops taking new tasks and waits for those running to end.

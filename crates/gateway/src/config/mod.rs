@@ -311,6 +311,15 @@ pub struct Dispatch {
     pub dead_letter_retention: Duration,
 }
 
+impl Dispatch {
+    /// The lease a dispatcher takes an item under: it covers a delivery of at most `timeout` and
+    /// its report, with room to spare. An item whose dispatcher stopped is taken again once it
+    /// lapses.
+    pub fn item_lease(&self) -> Duration {
+        self.timeout.saturating_mul(2) + Duration::from_secs(5)
+    }
+}
+
 impl Default for Dispatch {
     fn default() -> Self {
         Self {
@@ -484,7 +493,7 @@ pub struct SourcePolicy {
     pub ttl: TtlPolicy,
     pub lease: Duration,
     /// `forward_url`, parsed.
-    pub destination: Option<crate::destination::Target>,
+    pub destination: Option<crate::target::Target>,
     /// The TLS settings of a TLS destination (checked: every file named was read); `None` for
     /// one that speaks no TLS.
     pub tls: Option<idemgate_tls::ClientTls>,
@@ -672,18 +681,18 @@ impl SourceConfig {
         let destination = match &self.forward_url {
             None => None,
             Some(url) => Some(
-                crate::destination::Target::parse(url)
+                crate::target::Target::parse(url)
                     .map_err(|why| self.invalid("forward_url", why))?,
             ),
         };
         let tls = self.client_tls(destination.as_ref())?;
         let on_short_window = match (&destination, self.on_short_window) {
             (_, None) => OnShortWindow::Warn,
-            (Some(crate::destination::Target::Nats(_)), Some(on)) => on,
-            (Some(crate::destination::Target::Amqp(_)), Some(OnShortWindow::Warn)) => {
+            (Some(crate::target::Target::Nats(_)), Some(on)) => on,
+            (Some(crate::target::Target::Amqp(_)), Some(OnShortWindow::Warn)) => {
                 OnShortWindow::Warn
             }
-            (Some(crate::destination::Target::Amqp(_)), Some(OnShortWindow::Refuse)) => {
+            (Some(crate::target::Target::Amqp(_)), Some(OnShortWindow::Refuse)) => {
                 return Err(self.invalid(
                     "on_short_window",
                     "is \"refuse\", which an amqp:// destination can never meet: RabbitMQ keeps no dedup window, so consumers must dedupe by message_id; remove it (or set \"warn\")",

@@ -55,7 +55,7 @@ impl SourceConfig {
     /// client identity, nothing trusted, or a file that cannot be used (the file and why).
     pub(crate) fn client_tls(
         &self,
-        target: Option<&crate::destination::Target>,
+        target: Option<&crate::target::Target>,
     ) -> Result<Option<ClientTls>, ConfigError> {
         let tls_spoken = target.is_some_and(|t| t.tls());
         if !tls_spoken {

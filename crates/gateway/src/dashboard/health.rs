@@ -18,6 +18,17 @@ pub(super) enum Light {
     Off,
 }
 
+/// A judgement's light, the same for every component judged as `/healthz` judges it.
+impl From<crate::verdict::Level> for Light {
+    fn from(level: crate::verdict::Level) -> Self {
+        match level {
+            crate::verdict::Level::Ok => Self::Green,
+            crate::verdict::Level::Warn => Self::Amber,
+            crate::verdict::Level::Bad => Self::Red,
+        }
+    }
+}
+
 /// One component's health in the header row.
 #[derive(Debug, Clone)]
 pub(super) struct Health {
@@ -157,11 +168,7 @@ pub(super) fn inbox_health(state: &AppState, inbox: &[InboxStats]) -> Health {
     };
     Health {
         name: "inbox",
-        light: match worst.level {
-            crate::health::Level::Ok => Light::Green,
-            crate::health::Level::Warn => Light::Amber,
-            crate::health::Level::Bad => Light::Red,
-        },
+        light: worst.level.into(),
         why: worst.why,
     }
 }
@@ -171,11 +178,7 @@ pub(super) fn archive_health(state: &AppState) -> Option<Health> {
     let verdict = crate::health::archive(state)?;
     Some(Health {
         name: "history archive",
-        light: match verdict.level {
-            crate::health::Level::Ok => Light::Green,
-            crate::health::Level::Warn => Light::Amber,
-            crate::health::Level::Bad => Light::Red,
-        },
+        light: verdict.level.into(),
         why: verdict.why,
     })
 }
@@ -185,11 +188,7 @@ pub(super) fn tasks_health(state: &AppState) -> Health {
     let verdict = state.tasks.verdict();
     Health {
         name: "background tasks",
-        light: match verdict.level {
-            crate::health::Level::Ok => Light::Green,
-            crate::health::Level::Warn => Light::Amber,
-            crate::health::Level::Bad => Light::Red,
-        },
+        light: verdict.level.into(),
         why: verdict.why,
     }
 }
@@ -200,11 +199,7 @@ pub(super) fn destination_health(state: &AppState) -> Option<Health> {
     let verdict = crate::health::destinations(state)?;
     Some(Health {
         name: "broker windows",
-        light: match verdict.level {
-            crate::health::Level::Ok => Light::Green,
-            crate::health::Level::Warn => Light::Amber,
-            crate::health::Level::Bad => Light::Red,
-        },
+        light: verdict.level.into(),
         why: verdict.why,
     })
 }
