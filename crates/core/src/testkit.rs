@@ -8,6 +8,8 @@
 //! idemgate_core::conformance_tests!(harness());
 //! idemgate_core::sweep_conformance_tests!(harness());
 //! idemgate_core::instances_conformance_tests!(harness());
+//! idemgate_core::history_conformance_tests!(harness());
+//! idemgate_core::timeline_conformance_tests!(harness());
 //! idemgate_core::inbox_conformance_tests!(harness());
 //! ```
 //!
