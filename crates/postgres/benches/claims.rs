@@ -2,7 +2,7 @@
 //! plain one-statement-per-round-trip insert, same server, same run.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-pg cargo bench -p idemgate-postgres --bench claims
+//! cargo bench -p idemgate-postgres --bench claims
 //! ```
 //!
 //! Reads `IDEMGATE_TEST_POSTGRES` (default `postgres://root@localhost/test`) and
