@@ -20,7 +20,7 @@ use idemgate_core::{ClaimOutcome, Timestamp};
 use crate::Once;
 
 /// What to answer a delivery whose event id is live with another payload (a different SHA-256
-/// of the body): [`Once::Conflict`](crate::Once::Conflict). The gateway's per-source `on_conflict`, with the same names
+/// of the body): [`Once::Conflict`]. The gateway's per-source `on_conflict`, with the same names
 /// and the same default. Either way the service is not called, and the store records the
 /// conflict in history (outcome `conflict`), where `idemgate lookup` and the dashboard show it.
 ///
