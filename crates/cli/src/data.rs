@@ -331,11 +331,10 @@ pub(crate) async fn lookup(
     json: bool,
     archive: Option<&str>,
 ) -> anyhow::Result<()> {
-    use idemgate_core::inbox::Inbox;
     let (store, name) = open(args, None).await?;
     let key = Key::new(source.clone(), event_id);
     let mut view = store.lookup(&key).await?;
-    let queued = store.queued(&key).await?;
+    let queued = store.queue_of(&key).await?;
     // Nothing in the store: its history may have been archived and dropped.
     let mut found_in = "store";
     let mut archived = None;

@@ -266,10 +266,9 @@ pub(crate) async fn event(
 ) -> Result<Response, AppError> {
     // Like the claim routes: a source this gateway does not serve is 404 (`idemgate lookup`
     // still reads the events of a source removed from the config).
-    use idemgate_core::inbox::Inbox;
     let (_, key) = key(&state, &source, &event_id)?;
     let view = state.store.lookup(&key).await?;
-    let queued = state.store.queued(&key).await?;
+    let queued = state.store.queue_of(&key).await?;
     Ok(Outcome::Lookup.on(Json(idemgate::EventReport::new(&view, &queued)).into_response()))
 }
 

@@ -158,7 +158,11 @@ async fn run(state: AppState, source: String, cancel: CancellationToken) {
         );
     }
     let drained = tokio::time::timeout(bound, async {
-        while deliveries.join_next().await.is_some() {}
+        while let Some(done) = deliveries.join_next().await {
+            if let Err(e) = done {
+                state.tasks.reap(&reaped, e);
+            }
+        }
     })
     .await;
     if drained.is_err() {

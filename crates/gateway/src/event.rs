@@ -101,6 +101,9 @@ pub(crate) async fn handle(
     task.await.unwrap_or_else(|e| {
         // A panic is logged and counted as the background tasks' are; the claim's guard
         // released it as the task unwound.
+        if !e.is_panic() {
+            tracing::error!(source = %src.name, error = %e, "a forward's task failed");
+        }
         state.tasks.reap(&format!("forward:{}", src.name), e);
         Err(AppError::Internal {
             what: "the forward's task failed",

@@ -24,12 +24,17 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AppError> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(params)) => Ok(Self(params)),
-            // The path does not decode (bad percent-encoding, not UTF-8): the client's.
-            Err(e @ PathRejection::FailedToDeserializePathParams(_)) => Err(AppError::BadRequest {
-                kind: Outcome::InvalidPath,
-                detail: e.body_text(),
-            }),
-            // A route declared without the parameters its handler reads: ours.
+            // The path does not decode (not UTF-8, a value that does not parse): the client's,
+            // as axum says with its 400.
+            Err(e @ PathRejection::FailedToDeserializePathParams(_))
+                if e.status() == axum::http::StatusCode::BAD_REQUEST =>
+            {
+                Err(AppError::BadRequest {
+                    kind: Outcome::InvalidPath,
+                    detail: e.body_text(),
+                })
+            }
+            // A route whose parameters do not fit its handler (axum's 500): ours.
             Err(_) => Err(AppError::Internal {
                 what: "a route's path parameters",
             }),

@@ -78,7 +78,16 @@ impl Tasks {
         let this = self.clone();
         self.tracker.spawn(async move {
             let mut backoff = BACKOFF_MIN;
+            let mut restarting = false;
             loop {
+                if restarting && cancel.is_cancelled() {
+                    // Cancelled while waiting to restart: no new run.
+                    this.update(&name, |r| {
+                        r.running = false;
+                        r.restart = None;
+                    });
+                    return None;
+                }
                 this.update(&name, |r| {
                     r.running = true;
                     r.restart = None;
@@ -108,6 +117,7 @@ impl Tasks {
                     "a background task panicked; it is restarted"
                 );
                 tokio::select! {
+                    biased;
                     () = cancel.cancelled() => {
                         this.update(&name, |r| {
                             r.running = false;
@@ -118,6 +128,7 @@ impl Tasks {
                     () = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(BACKOFF_MAX);
+                restarting = true;
             }
         })
     }

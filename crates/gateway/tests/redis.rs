@@ -188,6 +188,11 @@ async fn redis_as_the_store() {
         "{page}"
     );
     assert!(page.contains("not needed: Redis expires its keys itself"));
+    // An event's page answers on a store without an inbox (no queue items to show).
+    let event = gw.get("/dashboard/events/gh/r-1").await.unwrap();
+    assert_eq!(event.status, 200);
+    let event = String::from_utf8(event.body.to_vec()).unwrap();
+    assert!(event.contains("r-1"), "{event}");
     gw.stop().await;
 }
 

@@ -242,6 +242,18 @@ impl AnyStore {
         self.store.lookup(&key).await.map(drop)
     }
 
+    /// The queue items of `key`'s event ([`Inbox::queued`]); none on a store without an inbox
+    /// (it holds no queue items: a lookup of an event there is answered, not refused).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn queue_of(&self, key: &Key) -> Result<Vec<QueueEntry>, StoreError> {
+        match self.store.inbox() {
+            Some(inbox) => inbox.queued(key).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// The capability, or [`StoreError::Unsupported`] naming it.
     fn need<'a, T: ?Sized>(
         &'a self,

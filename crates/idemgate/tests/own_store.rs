@@ -19,3 +19,18 @@ async fn harness() -> Option<ManualHarness<AnyStore>> {
 }
 
 idemgate::engines::core::conformance_tests!(harness());
+
+/// A store without an inbox holds no queue items: an event's queue is answered empty, while the
+/// inbox itself is refused by name.
+#[tokio::test]
+async fn a_store_without_an_inbox_answers_a_lookup_and_refuses_a_queue() {
+    use idemgate::engines::core::inbox::Inbox;
+    use idemgate::{Key, StoreError};
+    let store = AnyStore::new(store::OwnStore::new());
+    let key = Key::parse("orders", "ord_1").unwrap();
+    assert!(store.queue_of(&key).await.unwrap().is_empty());
+    assert!(matches!(
+        store.queued(&key).await,
+        Err(StoreError::Unsupported { engine: "own", .. })
+    ));
+}

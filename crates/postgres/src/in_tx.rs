@@ -24,6 +24,10 @@ impl PgStore {
     /// [`crate::PgConfig::connection_config`] does). Nothing is durable until the caller
     /// commits; a rollback leaves the event unclaimed.
     ///
+    /// Keep the transaction short: until it ends, the event's record is locked, and another
+    /// delivery of the same event waits for it, in a batch of the store's own claims whose
+    /// other claims wait with it.
+    ///
     /// # Errors
     /// [`StoreError::Backend`]: the statement failed (the caller's transaction is then aborted,
     /// as any failed statement leaves it), or the connection looks in another schema first.

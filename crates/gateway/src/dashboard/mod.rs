@@ -527,7 +527,6 @@ async fn lookup(
     ),
     AppError,
 > {
-    use idemgate_core::inbox::Inbox;
     let src = state.source(source)?;
     let event_id = EventId::new(event_id).map_err(|e| AppError::BadRequest {
         kind: Outcome::InvalidEventId,
@@ -535,7 +534,7 @@ async fn lookup(
     })?;
     let key = Key::new(src.name.clone(), event_id);
     let view = state.store.lookup(&key).await?;
-    let queued = state.store.queued(&key).await?;
+    let queued = state.store.queue_of(&key).await?;
     Ok((view, queued))
 }
 
