@@ -420,64 +420,62 @@ async fn history_retention(
     cancel: CancellationToken,
 ) {
     const BATCH: std::num::NonZeroU32 = std::num::NonZeroU32::new(5_000).expect("non-zero");
-    {
-        loop {
-            let started = Instant::now();
-            let mut rows = 0u64;
-            // With an archive, history leaves only once the archive holds it.
-            if let Some(archiving) = &state.archiving {
-                crate::archiving::run(&state.store, archiving, retention).await;
-            }
-            while state.archiving.is_none() {
-                match state.store.purge_history(retention, BATCH).await {
-                    Ok(0) => break,
-                    Ok(n) => rows += n,
-                    Err(e) => {
-                        tracing::warn!(error = %ErrorChain(&e), "history retention run failed");
-                        break;
-                    }
-                }
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                }
-            }
-            if rows > 0 {
-                tracing::info!(
-                    rows,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "history retention run"
-                );
-            }
-            // Dead letters past the longest `dispatch.dead_letter_retention` of the inbox
-            // sources (one source's letters are never dropped before their time).
-            let dead_retention = state
-                .sources
-                .values()
-                .filter(|s| s.mode == Mode::Inbox)
-                .map(|s| s.dispatch.dead_letter_retention)
-                .max();
-            if let Some(retention) = dead_retention {
-                use idemgate_core::inbox::Inbox;
-                let mut dead = 0u64;
-                loop {
-                    match state.store.purge_dead_letters(retention, BATCH).await {
-                        Ok(0) => break,
-                        Ok(n) => dead += n,
-                        Err(e) => {
-                            tracing::warn!(error = %ErrorChain(&e), "dead-letter retention run failed");
-                            break;
-                        }
-                    }
-                }
-                if dead > 0 {
-                    tracing::info!(dead, "dead letters past their retention removed");
+    loop {
+        let started = Instant::now();
+        let mut rows = 0u64;
+        // With an archive, history leaves only once the archive holds it.
+        if let Some(archiving) = &state.archiving {
+            crate::archiving::run(&state.store, archiving, retention).await;
+        }
+        while state.archiving.is_none() {
+            match state.store.purge_history(retention, BATCH).await {
+                Ok(0) => break,
+                Ok(n) => rows += n,
+                Err(e) => {
+                    tracing::warn!(error = %ErrorChain(&e), "history retention run failed");
+                    break;
                 }
             }
             tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(every) => {}
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
+        }
+        if rows > 0 {
+            tracing::info!(
+                rows,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "history retention run"
+            );
+        }
+        // Dead letters past the longest `dispatch.dead_letter_retention` of the inbox
+        // sources (one source's letters are never dropped before their time).
+        let dead_retention = state
+            .sources
+            .values()
+            .filter(|s| s.mode == Mode::Inbox)
+            .map(|s| s.dispatch.dead_letter_retention)
+            .max();
+        if let Some(retention) = dead_retention {
+            use idemgate_core::inbox::Inbox;
+            let mut dead = 0u64;
+            loop {
+                match state.store.purge_dead_letters(retention, BATCH).await {
+                    Ok(0) => break,
+                    Ok(n) => dead += n,
+                    Err(e) => {
+                        tracing::warn!(error = %ErrorChain(&e), "dead-letter retention run failed");
+                        break;
+                    }
+                }
+            }
+            if dead > 0 {
+                tracing::info!(dead, "dead letters past their retention removed");
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(every) => {}
         }
     }
 }

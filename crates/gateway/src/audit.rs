@@ -191,27 +191,25 @@ async fn audit_every(
     cancel: CancellationToken,
     pending: impl Fn(&[Audited]) -> bool,
 ) {
-    {
-        let mut wait = if pending(&audited) {
+    let mut wait = if pending(&audited) {
+        UNKNOWN_EVERY.min(every)
+    } else {
+        every
+    };
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        let unknown = run_all(audited.clone())
+            .await
+            .iter()
+            .any(|(_, a)| a.standing() == Standing::Unknown);
+        wait = if unknown {
             UNKNOWN_EVERY.min(every)
         } else {
             every
         };
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
-            }
-            let unknown = run_all(audited.clone())
-                .await
-                .iter()
-                .any(|(_, a)| a.standing() == Standing::Unknown);
-            wait = if unknown {
-                UNKNOWN_EVERY.min(every)
-            } else {
-                every
-            };
-        }
     }
 }
 

@@ -300,45 +300,43 @@ async fn heartbeat(
     stop: CancellationToken,
     superseded: CancellationToken,
 ) -> Option<StoreError> {
-    {
-        let every = lease / 4;
-        let mut renewed = Instant::now();
-        let mut lapsed = false;
-        let mut pause = every;
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                () = tokio::time::sleep(pause) => {}
+    let every = lease / 4;
+    let mut renewed = Instant::now();
+    let mut lapsed = false;
+    let mut pause = every;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(pause) => {}
+        }
+        match store.heartbeat(&holder, lease).await {
+            Ok(_) => {
+                if lapsed {
+                    tracing::info!(holder = %holder, "the liveness lease is renewed again");
+                }
+                renewed = Instant::now();
+                lapsed = false;
+                pause = every;
             }
-            match store.heartbeat(&holder, lease).await {
-                Ok(_) => {
-                    if lapsed {
-                        tracing::info!(holder = %holder, "the liveness lease is renewed again");
-                    }
-                    renewed = Instant::now();
-                    lapsed = false;
-                    pause = every;
+            Err(e @ StoreError::Superseded { .. }) => {
+                tracing::error!(error = %ErrorChain(&e), "another process started under this gateway's instance name while its liveness lease had lapsed; this one stops serving");
+                superseded.cancel();
+                return Some(e);
+            }
+            Err(e) => {
+                let since = renewed.elapsed();
+                if since >= lease && !lapsed {
+                    tracing::error!(
+                        holder = %holder,
+                        since_ms = since.as_millis() as u64,
+                        error = %ErrorChain(&e),
+                        "this boot's liveness lease lapsed (the store is out of reach): another process could now start under its instance name and free its claims"
+                    );
+                    lapsed = true;
+                } else {
+                    tracing::warn!(error = %ErrorChain(&e), "cannot renew this boot's liveness lease; trying again");
                 }
-                Err(e @ StoreError::Superseded { .. }) => {
-                    tracing::error!(error = %ErrorChain(&e), "another process started under this gateway's instance name while its liveness lease had lapsed; this one stops serving");
-                    superseded.cancel();
-                    return Some(e);
-                }
-                Err(e) => {
-                    let since = renewed.elapsed();
-                    if since >= lease && !lapsed {
-                        tracing::error!(
-                            holder = %holder,
-                            since_ms = since.as_millis() as u64,
-                            error = %ErrorChain(&e),
-                            "this boot's liveness lease lapsed (the store is out of reach): another process could now start under its instance name and free its claims"
-                        );
-                        lapsed = true;
-                    } else {
-                        tracing::warn!(error = %ErrorChain(&e), "cannot renew this boot's liveness lease; trying again");
-                    }
-                    pause = every.min(Duration::from_secs(1));
-                }
+                pause = every.min(Duration::from_secs(1));
             }
         }
     }
