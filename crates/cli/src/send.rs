@@ -259,7 +259,7 @@ impl External {
         };
         let key =
             std::fs::read(path).map_err(|e| format!("--signing-key {}: {e}", path.display()))?;
-        if sc.provider == "sns" {
+        if sc.kind() == Some(idemgate::Provider::Sns) {
             let Some(cert_url) = args.signing_cert_url.clone() else {
                 return Err(format!(
                     "source {:?} (sns) fetches the certificate the message names: give \

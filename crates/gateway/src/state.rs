@@ -656,7 +656,7 @@ fn build_source(
             }
         },
         exposure: crate::window::Exposure::of(sc, &policy),
-        documents: documents(sc)?,
+        documents: documents(sc, &verifier)?,
         sns_subscription: sc.sns_subscription.unwrap_or_default(),
         policy,
         verifier,
@@ -675,8 +675,9 @@ fn build_source(
 /// trusting the system's authorities and `fetch_ca_file`'s.
 fn documents(
     sc: &SourceConfig,
+    verifier: &idemgate_providers::Verifier,
 ) -> Result<Option<crate::documents::Documents>, config::ConfigError> {
-    if !sc.fetches() {
+    if !verifier.scheme().fetches() {
         return Ok(None);
     }
     let client = forward::client(&sc.fetch_tls()).map_err(|e| {

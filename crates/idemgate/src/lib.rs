@@ -186,8 +186,8 @@
 //!   reads but fails writes is failing), and how long a claim waits for the store.
 //! - [`view`]: one event's record and history as JSON ([`EventReport`]).
 //! - Re-exported from `idemgate-core`: keys, claims, outcomes, the store traits, the in-memory
-//!   store, the provider presets and TTL policy; from `idemgate-providers`: [`Verifier`] and
-//!   [`Scheme`]. The crates themselves are in [`engines`].
+//!   store, the provider presets and TTL policy; from `idemgate-providers`: [`Verifier`],
+//!   [`Scheme`] and [`Provider`]. The crates themselves are in [`engines`].
 //!
 //! More: the gateway and its configuration,
 //! <https://docs.rs/idemgate-gateway>; the command line, `idemgate --help`.
@@ -228,7 +228,7 @@ pub use idemgate_core::{
     Record, RecordState, SourceName, Stats, StoreError, Sweep, Timeline, TimelineCounts, Timestamp,
     TtlPolicy, preset, presets,
 };
-pub use idemgate_providers::{Scheme, Secret, SignError, Verifier, VerifyError};
+pub use idemgate_providers::{Provider, Scheme, Secret, SignError, Verifier, VerifyError};
 
 /// The README's code, compiled and run as doctests (its PostgreSQL example needs the feature).
 #[cfg(all(doctest, feature = "postgres"))]

@@ -2,6 +2,9 @@
 //! gateway.
 //!
 //! # Layout
+//! - [`Provider`] is what a source's `provider = "..."` names; [`Scheme::from_keys`] reads a
+//!   source's flat [`Keys`] into its typed [`Scheme`] in one step, refusing a key meant for another
+//!   provider ([`SettingError`] names the key).
 //! - [`Scheme`] names what a source's sender signs and where its event id lives: the built-in
 //!   providers ([`stripe`], [`github`], [`shopify`], [`slack`], [`standard_webhooks`], [`svix`],
 //!   [`paddle`], [`square`], [`twilio`], [`mailgun`], and [`postmark`], which sends basic auth
@@ -54,6 +57,7 @@ mod generic;
 mod keyed;
 mod scheme;
 mod secret;
+mod settings;
 mod util;
 mod verified;
 mod verifier;
@@ -79,6 +83,7 @@ pub use scheme::{
     SquareScheme, TwilioScheme,
 };
 pub use secret::Secret;
+pub use settings::{Keys, Provider, SettingError};
 pub use verified::{BatchEvent, Control, Verified};
 pub use verifier::{Delivery, Document, DocumentKind, Needed, Signed, Verifier};
 

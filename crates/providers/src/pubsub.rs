@@ -63,6 +63,56 @@ pub struct Pubsub {
     pub jwks: Jwks,
 }
 
+impl TryFrom<&crate::Keys> for Pubsub {
+    type Error = crate::SettingError;
+
+    /// `audience` (required), `issuers`, `service_account` (required unless
+    /// `allow_any_service_account = true`) and the JWKS: `jwks_file` (read now) or `jwks_url`
+    /// (default Google's), not both.
+    fn try_from(keys: &crate::Keys) -> Result<Self, crate::SettingError> {
+        use crate::SettingError;
+        let audience = keys.audience.clone().ok_or_else(|| {
+            SettingError {
+                key: "audience",
+                why: "required for provider \"pubsub\": the audience the push subscription puts in its tokens (by default the push endpoint's URL)".to_owned(),
+            }
+        })?;
+        let jwks = match (&keys.jwks_file, &keys.jwks_url) {
+            (Some(_), Some(_)) => {
+                return Err(SettingError {
+                    key: "jwks_url",
+                    why: "set jwks_file or jwks_url, not both".to_owned(),
+                });
+            }
+            (Some(_), None) if keys.fetch_ca_file.is_some() => {
+                return Err(SettingError {
+                    key: "fetch_ca_file",
+                    why: "only for providers that fetch documents (\"pubsub\" with jwks_url, \"sns\"), not \"pubsub\" with jwks_file".to_owned(),
+                });
+            }
+            (Some(file), None) => {
+                Jwks::Document(std::fs::read(file).map_err(|e| SettingError {
+                    key: "jwks_file",
+                    why: format!("cannot read {}: {e}", file.display()),
+                })?)
+            }
+            (None, url) => Jwks::Url(url.clone().unwrap_or_else(|| GOOGLE_JWKS_URL.to_owned())),
+        };
+        if keys.service_account.is_none() && keys.allow_any_service_account != Some(true) {
+            return Err(SettingError {
+                key: "service_account",
+                why: "required for provider \"pubsub\": the push subscription's service account (its tokens' email); without it a token any Google service account obtained for this audience is accepted. Set allow_any_service_account = true to accept any (warned at start)".to_owned(),
+            });
+        }
+        Ok(Self {
+            audience,
+            issuers: keys.issuers.clone().unwrap_or_default(),
+            email: keys.service_account.clone(),
+            jwks,
+        })
+    }
+}
+
 impl Default for Pubsub {
     fn default() -> Self {
         Self {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::ConfigError;
+use crate::settings::Provider;
 
 /// A webhook signature scheme, chosen per source in configuration.
 ///
@@ -55,25 +56,16 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    /// Every configuration name, in the order the README lists them.
-    pub const NAMES: [&'static str; 16] = [
-        "stripe",
-        "github",
-        "shopify",
-        "slack",
-        "standard-webhooks",
-        "svix",
-        "paddle",
-        "square",
-        "twilio",
-        "mailgun",
-        "postmark",
-        "sendgrid",
-        "pubsub",
-        "sns",
-        "generic-hmac",
-        "none",
-    ];
+    /// Every configuration name, in the order the README lists them: [`Provider::ALL`]'s.
+    pub const NAMES: [&'static str; 16] = {
+        let mut names = [""; 16];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = Provider::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
 
     /// The scheme called `name` in configuration.
     ///
@@ -82,55 +74,66 @@ impl Scheme {
     /// [`Pubsub::default`](crate::pubsub::Pubsub), [`Sns::default`](crate::sns::Sns), and
     /// `square` and `twilio` without their `signed_url`): fill them in before building a
     /// [`Verifier`](crate::Verifier), which refuses what cannot work (a `pubsub` without an
-    /// audience). `mailgun` and `postmark` come back with their built-in event ids.
+    /// audience), or build the scheme from a source's keys with [`Scheme::from_keys`].
+    /// `mailgun` and `postmark` come back with their built-in event ids.
     ///
     /// # Errors
     /// [`ConfigError::UnknownScheme`] for any other name.
     pub fn from_name(name: &str) -> Result<Self, ConfigError> {
-        Ok(match name {
-            "stripe" => Self::Stripe,
-            "github" => Self::Github,
-            "shopify" => Self::Shopify,
-            "slack" => Self::Slack,
-            "standard-webhooks" => Self::StandardWebhooks,
-            "svix" => Self::Svix,
-            "paddle" => Self::Paddle,
-            "generic-hmac" => Self::GenericHmac(GenericHmac::default()),
-            "none" => Self::None(NoneScheme::default()),
-            "sendgrid" => Self::Sendgrid,
-            "pubsub" => Self::Pubsub(crate::pubsub::Pubsub::default()),
-            "sns" => Self::Sns(crate::sns::Sns::default()),
-            "square" => Self::Square(SquareScheme::default()),
-            "twilio" => Self::Twilio(TwilioScheme::default()),
-            "mailgun" => Self::Mailgun(MailgunScheme::default()),
-            "postmark" => Self::Postmark(PostmarkScheme::default()),
-            _ => {
-                return Err(ConfigError::UnknownScheme {
-                    name: name.to_owned(),
-                });
-            }
+        Ok(match name.parse::<Provider>()? {
+            Provider::Stripe => Self::Stripe,
+            Provider::Github => Self::Github,
+            Provider::Shopify => Self::Shopify,
+            Provider::Slack => Self::Slack,
+            Provider::StandardWebhooks => Self::StandardWebhooks,
+            Provider::Svix => Self::Svix,
+            Provider::Paddle => Self::Paddle,
+            Provider::GenericHmac => Self::GenericHmac(GenericHmac::default()),
+            Provider::None => Self::None(NoneScheme::default()),
+            Provider::Sendgrid => Self::Sendgrid,
+            Provider::Pubsub => Self::Pubsub(crate::pubsub::Pubsub::default()),
+            Provider::Sns => Self::Sns(crate::sns::Sns::default()),
+            Provider::Square => Self::Square(SquareScheme::default()),
+            Provider::Twilio => Self::Twilio(TwilioScheme::default()),
+            Provider::Mailgun => Self::Mailgun(MailgunScheme::default()),
+            Provider::Postmark => Self::Postmark(PostmarkScheme::default()),
         })
+    }
+
+    /// The provider whose scheme this is.
+    pub fn provider(&self) -> Provider {
+        match self {
+            Self::Stripe => Provider::Stripe,
+            Self::Github => Provider::Github,
+            Self::Shopify => Provider::Shopify,
+            Self::Slack => Provider::Slack,
+            Self::StandardWebhooks => Provider::StandardWebhooks,
+            Self::Svix => Provider::Svix,
+            Self::Paddle => Provider::Paddle,
+            Self::GenericHmac(_) => Provider::GenericHmac,
+            Self::None(_) => Provider::None,
+            Self::Sendgrid => Provider::Sendgrid,
+            Self::Pubsub(_) => Provider::Pubsub,
+            Self::Sns(_) => Provider::Sns,
+            Self::Square(_) => Provider::Square,
+            Self::Twilio(_) => Provider::Twilio,
+            Self::Mailgun(_) => Provider::Mailgun,
+            Self::Postmark(_) => Provider::Postmark,
+        }
     }
 
     /// The configuration name (`"stripe"`, `"generic-hmac"`, ...).
     pub fn name(&self) -> &'static str {
+        self.provider().as_str()
+    }
+
+    /// Whether verifying needs documents fetched over HTTPS: a `pubsub` JWKS by URL, `sns`
+    /// certificates (see [`Verifier::needs`](crate::Verifier::needs)).
+    pub fn fetches(&self) -> bool {
         match self {
-            Self::Stripe => "stripe",
-            Self::Github => "github",
-            Self::Shopify => "shopify",
-            Self::Slack => "slack",
-            Self::StandardWebhooks => "standard-webhooks",
-            Self::Svix => "svix",
-            Self::Paddle => "paddle",
-            Self::GenericHmac(_) => "generic-hmac",
-            Self::None(_) => "none",
-            Self::Sendgrid => "sendgrid",
-            Self::Pubsub(_) => "pubsub",
-            Self::Sns(_) => "sns",
-            Self::Square(_) => "square",
-            Self::Twilio(_) => "twilio",
-            Self::Mailgun(_) => "mailgun",
-            Self::Postmark(_) => "postmark",
+            Self::Sns(_) => true,
+            Self::Pubsub(p) => matches!(p.jwks, crate::pubsub::Jwks::Url(_)),
+            _ => false,
         }
     }
 

@@ -50,6 +50,32 @@ pub struct Sns {
     pub topic_arns: Vec<String>,
 }
 
+impl TryFrom<&crate::Keys> for Sns {
+    type Error = crate::SettingError;
+
+    /// `cert_hosts` and `topic_arns`, required (each an ARN) unless `allow_any_topic = true`.
+    fn try_from(keys: &crate::Keys) -> Result<Self, crate::SettingError> {
+        use crate::SettingError;
+        let topics = keys.topic_arns.clone().unwrap_or_default();
+        if topics.is_empty() && keys.allow_any_topic != Some(true) {
+            return Err(SettingError {
+                key: "topic_arns",
+                why: "required for provider \"sns\": the topics (TopicArn) whose messages are accepted, since any AWS account can make SNS sign a message to this endpoint. Set allow_any_topic = true to accept every topic (warned at start)".to_owned(),
+            });
+        }
+        if let Some(bad) = topics.iter().find(|t| !t.starts_with("arn:")) {
+            return Err(SettingError {
+                key: "topic_arns",
+                why: format!("{bad:?} is not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)"),
+            });
+        }
+        Ok(Self {
+            cert_hosts: keys.cert_hosts.clone().unwrap_or_default(),
+            topic_arns: topics,
+        })
+    }
+}
+
 /// `sns`, validated.
 #[derive(Debug)]
 pub(crate) struct Compiled {

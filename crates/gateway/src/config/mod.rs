@@ -6,16 +6,17 @@
 //!
 //! This file holds the types and their defaults; `load.rs` reads the file and the environment and
 //! locates an error at its key's line; `validate.rs` checks the whole and each source's policy;
-//! `verifier.rs` builds each source's verifier; `report.rs` says an error with its line and a
+//! `verifier.rs` builds each source's verifier from its provider's keys (read by the providers
+//! crate into the provider's typed settings); `report.rs` says an error with its line and a
 //! "did you mean".
 
 use std::time::Duration;
 
 use idemgate_core::policy::{PolicyError, TtlPolicy};
-use idemgate_core::{ClaimMode, InstanceName, KeyError, LateDuplicates, SourceName, presets};
+use idemgate_core::{ClaimMode, InstanceName, KeyError, LateDuplicates, SourceName};
+use idemgate_providers::Provider;
 use serde::Deserialize;
 
-mod asym;
 mod load;
 mod report;
 mod tls;
@@ -539,7 +540,8 @@ impl SourceConfig {
     /// `dedupe_on_body`, by default on for `github` (whose event id, `X-GitHub-Delivery`, is not
     /// signed and whose deliveries sign no timestamp).
     pub fn dedupe_on_body(&self) -> bool {
-        self.dedupe_on_body.unwrap_or(self.provider == "github")
+        self.dedupe_on_body
+            .unwrap_or(self.kind() == Some(Provider::Github))
     }
 
     /// The timestamp tolerance: the configured one, or 5 minutes; for Mailgun, the retry window
@@ -549,8 +551,9 @@ impl SourceConfig {
         if let Some(tolerance) = self.tolerance {
             return tolerance;
         }
-        match presets::preset(&self.provider).and_then(|p| p.contract) {
-            Some(c) if self.provider == "mailgun" => self
+        let mailgun = self.kind().filter(|p| *p == Provider::Mailgun);
+        match mailgun.and_then(Provider::preset).and_then(|p| p.contract) {
+            Some(c) => self
                 .retry_window
                 .unwrap_or(c.retry_window)
                 .saturating_add(self.clock_skew.unwrap_or(c.clock_skew)),

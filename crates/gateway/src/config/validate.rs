@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use idemgate_core::policy::{ContractTerms, TtlOverride, TtlPolicy};
-use idemgate_core::{Human, InstanceName, SourceName, presets};
+use idemgate_core::{Human, InstanceName, SourceName};
+use idemgate_providers::Provider;
 
 use super::{
     Config, ConfigError, Mode, OnShortWindow, SourceConfig, SourcePolicy, StoreKind, check_listen,
@@ -20,24 +21,14 @@ impl SourceConfig {
     pub fn policy(&self, index: usize) -> Result<SourcePolicy, ConfigError> {
         let name = SourceName::new(self.name.clone())
             .map_err(|source| ConfigError::SourceName { index, source })?;
-        let known = || {
-            let mut names: Vec<_> = presets::presets().iter().map(|p| p.name).collect();
-            names.extend(["generic-hmac", "none"]);
-            names.join(", ")
+        let Some(provider) = self.kind() else {
+            return Err(ConfigError::UnknownProvider {
+                name: self.name.clone(),
+                provider: self.provider.clone(),
+                known: Provider::ALL.map(Provider::as_str).join(", "),
+            });
         };
-        let base = match self.provider.as_str() {
-            "generic-hmac" | "none" => None,
-            p => match presets::preset(p) {
-                Some(preset) => preset.contract,
-                None => {
-                    return Err(ConfigError::UnknownProvider {
-                        name: self.name.clone(),
-                        provider: p.to_owned(),
-                        known: known(),
-                    });
-                }
-            },
-        };
+        let base = provider.preset().and_then(|p| p.contract);
         let contract = ContractTerms {
             retry_window: self.retry_window,
             queue_lag: self.queue_lag,
@@ -161,7 +152,7 @@ impl SourceConfig {
             .collect::<Result<_, _>>()?;
         // Mailgun: a token is refused again only while its record lives; a signature still
         // within the tolerance after that would be processed a second time.
-        if self.provider == "mailgun" && self.tolerance() > ttl.ttl {
+        if provider == Provider::Mailgun && self.tolerance() > ttl.ttl {
             return Err(self.invalid(
                 "tolerance",
                 format!(
@@ -196,13 +187,13 @@ impl Config {
             );
         }
         for sc in &self.sources {
-            if sc.provider == "sns" && sc.allow_any_topic == Some(true) {
+            if sc.kind() == Some(Provider::Sns) && sc.allow_any_topic == Some(true) {
                 out.push(format!(
                     "source {:?} accepts SNS messages of every topic (allow_any_topic): any AWS account can make SNS sign a message to it; list its topic_arns",
                     sc.name
                 ));
             }
-            if sc.provider == "pubsub"
+            if sc.kind() == Some(Provider::Pubsub)
                 && sc.service_account.is_none()
                 && sc.allow_any_service_account == Some(true)
             {
