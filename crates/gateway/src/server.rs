@@ -281,15 +281,28 @@ fn spawn_heartbeat(
     let holder = state.holder.clone()?;
     let store = state.store.clone();
     let cancel = stop.clone();
+    // Kept across restarts of a panicking heartbeat, so that a lease lapsing while it crash-loops
+    // is still said.
+    let renewal = Arc::new(std::sync::Mutex::new(Renewal {
+        at: Instant::now(),
+        lapsed: false,
+    }));
     Some(state.tasks.supervise("heartbeat", cancel, move || {
         heartbeat(
             store.clone(),
             holder.clone(),
             lease,
+            Arc::clone(&renewal),
             stop.clone(),
             superseded.clone(),
         )
     }))
+}
+
+/// The heartbeat's last renewal, and whether the lapse since was said.
+struct Renewal {
+    at: Instant,
+    lapsed: bool,
 }
 
 /// [`spawn_heartbeat`]'s task: `None` when stopped, the error when superseded.
@@ -297,13 +310,14 @@ async fn heartbeat(
     store: AnyStore,
     holder: idemgate_core::Holder,
     lease: Duration,
+    renewal: Arc<std::sync::Mutex<Renewal>>,
     stop: CancellationToken,
     superseded: CancellationToken,
 ) -> Option<StoreError> {
     let every = lease / 4;
-    let mut renewed = Instant::now();
-    let mut lapsed = false;
+    let renewal = &*renewal;
     let mut pause = every;
+    let last = || renewal.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     loop {
         tokio::select! {
             () = stop.cancelled() => return None,
@@ -311,11 +325,14 @@ async fn heartbeat(
         }
         match store.heartbeat(&holder, lease).await {
             Ok(_) => {
-                if lapsed {
+                let mut last = last();
+                if last.lapsed {
                     tracing::info!(holder = %holder, "the liveness lease is renewed again");
                 }
-                renewed = Instant::now();
-                lapsed = false;
+                *last = Renewal {
+                    at: Instant::now(),
+                    lapsed: false,
+                };
                 pause = every;
             }
             Err(e @ StoreError::Superseded { .. }) => {
@@ -324,15 +341,16 @@ async fn heartbeat(
                 return Some(e);
             }
             Err(e) => {
-                let since = renewed.elapsed();
-                if since >= lease && !lapsed {
+                let mut last = last();
+                let since = last.at.elapsed();
+                if since >= lease && !last.lapsed {
                     tracing::error!(
                         holder = %holder,
                         since_ms = since.as_millis() as u64,
                         error = %ErrorChain(&e),
                         "this boot's liveness lease lapsed (the store is out of reach): another process could now start under its instance name and free its claims"
                     );
-                    lapsed = true;
+                    last.lapsed = true;
                 } else {
                     tracing::warn!(error = %ErrorChain(&e), "cannot renew this boot's liveness lease; trying again");
                 }
