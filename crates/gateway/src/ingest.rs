@@ -233,13 +233,10 @@ async fn control_message(src: &Source, control: &Control) -> Result<Response, Ap
 
 /// The `challenge` of a Slack `url_verification` body (already signature-checked).
 fn slack_challenge(src: &Source, body: &[u8]) -> Option<String> {
-    if !matches!(src.verifier.scheme(), Scheme::Slack) {
-        return None;
+    match src.verifier.scheme() {
+        Scheme::Slack => idemgate_providers::slack::challenge(body),
+        _ => None,
     }
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    (v.get("type")?.as_str()? == "url_verification")
-        .then(|| v.get("challenge")?.as_str().map(str::to_owned))
-        .flatten()
 }
 
 /// A 200 answer with `outcome` (in the body, except for Slack's challenge, whose body is Slack's).

@@ -52,3 +52,12 @@ pub(crate) fn check(
     require_match(keys, &[b"v0:", ts.as_bytes(), b":", body], &[signature])?;
     Ok(signed_at)
 }
+
+/// The `challenge` of Slack's `url_verification` handshake body, which the receiver echoes; `None`
+/// for any other body. Call it only on a delivery whose signature was checked.
+pub fn challenge(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    (v.get("type")?.as_str()? == "url_verification")
+        .then(|| v.get("challenge")?.as_str().map(str::to_owned))
+        .flatten()
+}
