@@ -195,6 +195,7 @@
 pub mod answer;
 pub mod config;
 pub mod health;
+pub mod idempotency_key;
 pub mod layer;
 pub mod store;
 pub mod view;

@@ -1,0 +1,14 @@
+//! Idempotency keys for your own API: the `Idempotency-Key` request header of the IETF HTTPAPI
+//! draft (draft-ietf-httpapi-idempotency-key-header), with the first response stored and given
+//! back to every retry of the same key. The rules live here once; the tower layer and the
+//! gateway's sidecar both apply them.
+//!
+//! - [`request`]: what a keyed request is made of: its [`IdempotencyKey`], the [`Route`] it
+//!   matched, the [`Principal`] its keys belong to, its [`fingerprint`](request::fingerprint).
+
+pub mod request;
+
+pub use request::{
+    HEADER, IdempotencyKey, KeyProblem, MAX_KEY_LEN, Principal, PrincipalProblem, REPLAYED, Route,
+    RouteProblem,
+};
