@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::key::{Fingerprint, InstanceName, Key};
+use crate::result::RecordResult;
 use crate::time::Timestamp;
 
 /// When a claimed record counts as processed. In configuration: `on_success` or `on_receipt`.
@@ -378,6 +379,12 @@ pub struct Record {
     /// and nobody may undo it, so a `release` of it is refused
     /// ([`StoreError::Completed`](crate::StoreError::Completed)). Always `false` while processing.
     pub completed: bool,
+    /// What its completion kept of the work's result
+    /// ([`ClaimStore::complete_with`](crate::ClaimStore::complete_with)): always
+    /// [`RecordResult::None`] unless `completed`. Written with the completion, in the same atomic
+    /// step, and never changed after it: a completed record is immutable until it expires, and
+    /// its result goes with it.
+    pub result: RecordResult,
 }
 
 /// One history row.

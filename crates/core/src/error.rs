@@ -19,6 +19,14 @@ pub enum StoreError {
         "the claim of {key} (attempt {attempt}) was completed: a completed claim cannot be released (the event was processed; releasing it would have the next delivery processed again)"
     )]
     Completed { key: Key, attempt: u32 },
+    /// [`ClaimStore::complete_with`](crate::ClaimStore::complete_with) with a result whose
+    /// [`size`](crate::StoredResult::size) is over the limit: the result was not stored, but the
+    /// claim *was* completed (the event was processed), and its record keeps the size
+    /// ([`RecordResult::Withheld`](crate::RecordResult::Withheld)) for its duplicates to hear.
+    #[error(
+        "the result of {key} is {size} bytes, over the limit of {limit}: the claim was completed without it"
+    )]
+    ResultTooLarge { key: Key, size: usize, limit: usize },
     /// The data on disk was written by a newer idemgate.
     #[error(
         "the store was migrated by a newer idemgate (schema version {found}, this build knows up to {known}); upgrade idemgate"

@@ -17,6 +17,9 @@
 //! - [`advise`]: the TTL advisor: from the gaps history shows between an event's first receipt
 //!   and its later deliveries, a recommended TTL and a verdict (too short, too long, ok, no data).
 //! - [`claim`]: requests, outcomes, tokens, records and history rows.
+//! - [`result`]: [`StoredResult`], what a completion can keep for the event's duplicates (a
+//!   status, headers, a body, within a size limit), and [`RecordResult`], what a record holds
+//!   of it.
 //! - [`machine`]: the claim rules as a pure function, shared by the stores that run them in Rust.
 //! - [`store`]: the store traits: [`ClaimStore`] (the state machine), [`Sweep`], [`Stats`],
 //!   [`HistoryQuery`], [`Timeline`] (deliveries over time), [`Identity`] (which store this is) and [`Instances`] (freeing the claims
@@ -43,6 +46,7 @@ pub mod memory;
 pub mod object;
 pub mod policy;
 pub mod presets;
+pub mod result;
 pub mod store;
 pub mod sweep;
 pub mod time;
@@ -60,6 +64,7 @@ pub use memory::MemoryStore;
 pub use object::{BoxFuture, Capabilities, Store};
 pub use policy::{ContractTerms, DeliveryContract, PolicyError, TtlPolicy};
 pub use presets::{Preset, preset, presets};
+pub use result::{RESULT_LIMIT, RecordResult, StoredResult, UnreadableResult};
 pub use store::{
     Boot, BootRequest, ClaimStore, HistoryCursor, HistoryDay, HistoryDays, HistoryExport,
     HistoryQuery, HistoryRetention, HistoryRow, Identity, Instances, LiveBoot, Recent,

@@ -15,7 +15,8 @@
 //! | live, other fingerprint| `Conflict`                      | none                                  |
 //!
 //! A won claim in on-success mode records the request's holder; a takeover records the new one.
-//! Besides claims: [`complete`], [`release`], [`renew`] (a new lease for the token's own
+//! Besides claims: [`complete`] (and [`complete_keeping`], which keeps a result with the
+//! completed record), [`release`], [`renew`] (a new lease for the token's own
 //! processing record, never past its expiry, no history row) and [`abandon`] (what an
 //! instance's new boot does to a claim an earlier boot of it still holds).
 
@@ -26,6 +27,7 @@ use crate::claim::{
     Prior, Record, RecordState,
 };
 use crate::key::InstanceName;
+use crate::result::RecordResult;
 use crate::store::{BootRequest, LiveBoot};
 use crate::time::Timestamp;
 
@@ -89,6 +91,7 @@ pub fn claim(
             expires_at: now.plus(req.ttl),
             holder: if on_receipt { None } else { req.holder.clone() },
             completed: false,
+            result: RecordResult::None,
         };
         return match (late, req.late_duplicates) {
             (Some(first_seen), LateDuplicates::Reject) => {
@@ -221,6 +224,18 @@ pub fn holds(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> Opt
 ///
 /// A holder whose lease lapsed may still complete while nobody took the claim over.
 pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> Option<FinishStep> {
+    complete_keeping(token, stored, now, RecordResult::None)
+}
+
+/// Decides `complete_keeping(token, result)`: as [`complete`], the completed record keeping
+/// `result`. A record already done is left as it is, its result with it ([`FinishStep::Nothing`]):
+/// only the completion that makes a record done keeps a result.
+pub fn complete_keeping(
+    token: &ClaimToken,
+    stored: Option<&Record>,
+    now: Timestamp,
+    result: RecordResult,
+) -> Option<FinishStep> {
     let rec = holds(token, stored, now)?;
     Some(match rec.state {
         RecordState::Done => FinishStep::Nothing,
@@ -230,6 +245,7 @@ pub fn complete(token: &ClaimToken, stored: Option<&Record>, now: Timestamp) -> 
                 lease_until: None,
                 holder: None,
                 completed: true,
+                result,
                 ..rec
             },
             HistoryOutcome::Completed,

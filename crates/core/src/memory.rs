@@ -17,6 +17,7 @@ use crate::claim::{
 };
 use crate::key::{InstanceName, Key};
 use crate::machine::{self, FinishStep};
+use crate::result::RecordResult;
 use std::time::Duration;
 
 use crate::advise::{Observation, Tally};
@@ -84,7 +85,7 @@ impl MemoryStore {
     fn finish(
         &self,
         token: &ClaimToken,
-        decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
+        decide: impl FnOnce(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
@@ -170,6 +171,16 @@ impl ClaimStore for MemoryStore {
 
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.finish(token, machine::complete)
+    }
+
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.finish(token, |token, stored, now| {
+            machine::complete_keeping(token, stored, now, result)
+        })
     }
 
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {

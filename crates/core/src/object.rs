@@ -24,6 +24,7 @@ use crate::inbox::{
     DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
 use crate::key::{Key, SourceName};
+use crate::result::{RecordResult, StoredResult};
 use crate::store::{
     Boot, BootRequest, ClaimStore, HistoryCursor, HistoryDays, HistoryExport, HistoryQuery,
     HistoryRetention, HistoryRow, Identity, Instances, Recent, RetentionUnit, Stats, StoreError,
@@ -106,6 +107,26 @@ pub trait Store: Capabilities + Send + Sync + fmt::Debug + 'static {
     fn claim(&self, req: ClaimRequest) -> BoxFuture<'_, Result<ClaimOutcome, StoreError>>;
     /// [`ClaimStore::complete`].
     fn complete<'a>(&'a self, token: &'a ClaimToken) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// [`ClaimStore::complete_keeping`].
+    fn complete_keeping<'a>(
+        &'a self,
+        token: &'a ClaimToken,
+        result: RecordResult,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// [`ClaimStore::complete_with`]: the same size check, then
+    /// [`complete_keeping`](Self::complete_keeping).
+    fn complete_with<'a>(
+        &'a self,
+        token: &'a ClaimToken,
+        result: &StoredResult,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (kept, answer) = result.judge(&token.key, limit);
+        Box::pin(async move {
+            self.complete_keeping(token, kept).await?;
+            answer
+        })
+    }
     /// [`ClaimStore::release`].
     fn release<'a>(&'a self, token: &'a ClaimToken) -> BoxFuture<'a, Result<(), StoreError>>;
     /// [`ClaimStore::renew`].
@@ -129,6 +150,13 @@ where
     }
     fn complete<'a>(&'a self, token: &'a ClaimToken) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(ClaimStore::complete(self, token))
+    }
+    fn complete_keeping<'a>(
+        &'a self,
+        token: &'a ClaimToken,
+        result: RecordResult,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ClaimStore::complete_keeping(self, token, result))
     }
     fn release<'a>(&'a self, token: &'a ClaimToken) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(ClaimStore::release(self, token))

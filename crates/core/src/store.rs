@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Holder};
 use crate::key::{EventId, InstanceName, Key, SourceName};
+use crate::result::{RecordResult, StoredResult};
 use crate::time::Timestamp;
 
 pub use crate::error::StoreError;
@@ -39,6 +40,49 @@ pub trait ClaimStore: Send + Sync {
     /// # Errors
     /// [`StoreError::StaleToken`] when `token` no longer holds the claim.
     fn complete(&self, token: &ClaimToken) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Marks the claim `done` as [`complete`](Self::complete) does, keeping `result` beside the
+    /// record in the same atomic step (durable before it returns). The result lives as long as
+    /// the record: it expires with it, and a later record of the same key starts without one.
+    /// Only the completion that makes the record done keeps a result: a record already done
+    /// under this token (completed before, or marked done on receipt) is left as it is, its
+    /// result (or lack of one) with it, and the answer is `Ok`, as for `complete`.
+    ///
+    /// What engines implement; callers use [`complete_with`](Self::complete_with), which holds
+    /// the result to a size limit first. This stores whatever it is given.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`] when `token` no longer holds the claim: nothing is written.
+    fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Completes the claim with the work's `result` for its duplicates to read
+    /// ([`Record::result`](crate::Record::result) in [`lookup`](Self::lookup)), in the same
+    /// atomic step as the completion. A result whose [`size`](StoredResult::size) is over
+    /// `limit` ([`RESULT_LIMIT`](crate::RESULT_LIMIT) unless the caller chose another) is not
+    /// stored: the claim is completed all the same, its record keeps only the size
+    /// ([`RecordResult::Withheld`]), and the answer is [`StoreError::ResultTooLarge`].
+    /// Completing again (with a result or without) changes nothing: the first completion's
+    /// result stands.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`] when `token` no longer holds the claim: nothing is written.
+    /// [`StoreError::ResultTooLarge`]: the claim was completed, without the result.
+    fn complete_with(
+        &self,
+        token: &ClaimToken,
+        result: &StoredResult,
+        limit: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let (kept, answer) = result.judge(&token.key, limit);
+        async move {
+            self.complete_keeping(token, kept).await?;
+            answer
+        }
+    }
 
     /// Gives the claim up (processing failed): deletes the record so the next delivery is
     /// processed.

@@ -134,6 +134,12 @@ macro_rules! conformance_tests {
             renew_never_reaches_beyond_the_record_expiry,
             renew_of_a_done_claim_answers_its_expiry_and_writes_nothing,
             claims_record_their_holder,
+            a_result_is_kept_for_duplicates_byte_for_byte,
+            a_result_over_the_limit_is_refused_and_the_claim_completes,
+            a_result_under_a_stale_token_is_refused_and_stores_nothing,
+            a_result_expires_with_its_record,
+            a_released_or_on_receipt_claim_has_no_result,
+            completing_again_keeps_the_first_result,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -278,6 +284,7 @@ pub mod cases {
     mod late_duplicates;
     mod races;
     mod renewal;
+    mod results;
     mod timeline;
     pub use claims::*;
     pub use completion::*;
@@ -289,6 +296,7 @@ pub mod cases {
     pub use late_duplicates::*;
     pub use races::*;
     pub use renewal::*;
+    pub use results::*;
     pub use timeline::*;
 
     /// A lease long enough never to lapse during a case.

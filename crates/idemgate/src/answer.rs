@@ -99,7 +99,7 @@ impl Seen {
     pub fn of_once<T>(once: Once<T>) -> Result<T, Self> {
         match once {
             Once::Processed(t) => Ok(t),
-            Once::Duplicate { first_seen } => Err(Self::Duplicate { first_seen }),
+            Once::Duplicate { first_seen, .. } => Err(Self::Duplicate { first_seen }),
             Once::LateDuplicate { first_seen } => Err(Self::LateDuplicate { first_seen }),
             Once::InFlight { retry_after } => Err(Self::InFlight { retry_after }),
             Once::Conflict { first_seen } => Err(Self::Conflict { first_seen }),

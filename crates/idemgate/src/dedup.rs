@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use idemgate_core::store::ClaimStore;
 use idemgate_core::{
-    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, Holder, StoreError, Timestamp,
+    ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, Holder, Key, RESULT_LIMIT, RecordResult,
+    RecordState, StoreError, StoredResult, Timestamp,
 };
 
 use crate::ErrorChain;
@@ -27,6 +28,15 @@ pub enum Once<T> {
     Duplicate {
         /// The first receipt.
         first_seen: Option<Timestamp>,
+        /// What the first processing kept of its result, read by
+        /// [`Dedup::process_once_storing`] from the very record the store answered about:
+        /// `Some(`[`RecordResult::Stored`]`)`, byte for byte; `Some(`[`RecordResult::Withheld`]`)`
+        /// when it was over the limit (the event was processed, its result not kept);
+        /// `Some(`[`RecordResult::None`]`)` when it was completed without one (by
+        /// [`Dedup::process_once`], or marked done on receipt). `None` when not read:
+        /// [`Dedup::process_once`] reads none; nor does an answer this process gives by itself
+        /// (`first_seen` `None`), or one whose record expired before it could be read.
+        result: Option<RecordResult>,
     },
     /// The record had expired, but history shows the event processed before, and the request's
     /// [`LateDuplicates::Reject`](crate::LateDuplicates::Reject) says not to run it again.
@@ -46,11 +56,25 @@ pub enum Once<T> {
     },
 }
 
+impl<T> Once<T> {
+    /// The same answer with `f` applied to what the work returned.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Once<U> {
+        match self {
+            Self::Processed(t) => Once::Processed(f(t)),
+            Self::Duplicate { first_seen, result } => Once::Duplicate { first_seen, result },
+            Self::LateDuplicate { first_seen } => Once::LateDuplicate { first_seen },
+            Self::InFlight { retry_after } => Once::InFlight { retry_after },
+            Self::Conflict { first_seen } => Once::Conflict { first_seen },
+        }
+    }
+}
+
 /// Why [`Dedup::process_once`] did not process an event.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError<E> {
-    /// The claim could not be made (the store failed): nothing ran; try again later.
-    #[error("the claim could not be made")]
+    /// The claim could not be made (the store failed): nothing ran; try again later. Or, for
+    /// [`Dedup::process_once_storing`], a duplicate's result could not be read.
+    #[error("the claim could not be made, or a duplicate's result read")]
     Store(#[source] StoreError),
     /// The work failed; its claim was released, so the next delivery of the event is processed.
     #[error("the work failed")]
@@ -67,6 +91,13 @@ pub struct Claimed {
     /// Under [`LateDuplicates::Flag`](crate::LateDuplicates::Flag): the first receipt of an event
     /// processed before whose record had expired (a TTL too short, or a replay).
     pub late_duplicate: Option<Timestamp>,
+}
+
+/// Whether a duplicate's result is read ([`Dedup::process_once_storing`]) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Results {
+    Ignored,
+    Kept,
 }
 
 /// Hears every claim: what was asked, what the store answered (or why it failed), and how long
@@ -91,6 +122,8 @@ struct Inner {
     health: Arc<WriteHealth>,
     /// How long a claim waits for the store while its writes succeed.
     claim_wait: Duration,
+    /// The largest result [`Dedup::process_once_storing`] keeps.
+    result_limit: usize,
 }
 
 /// How long a claim waits for the store by default ([`DedupBuilder::claim_wait`]).
@@ -112,7 +145,7 @@ impl std::fmt::Debug for Dedup {
 impl Dedup {
     /// On an open store.
     pub fn new(store: AnyStore) -> Self {
-        Self::build(store, None, None, CLAIM_WAIT)
+        Self::build(store, None, None, CLAIM_WAIT, RESULT_LIMIT)
     }
 
     /// Opens (creating or migrating if needed) the store `config` describes.
@@ -130,6 +163,7 @@ impl Dedup {
             holder: None,
             observer: None,
             claim_wait: CLAIM_WAIT,
+            result_limit: RESULT_LIMIT,
         }
     }
 
@@ -138,6 +172,7 @@ impl Dedup {
         holder: Option<Holder>,
         observer: Option<Box<ClaimObserver>>,
         claim_wait: Duration,
+        result_limit: usize,
     ) -> Self {
         let health = Arc::new(WriteHealth::default());
         Self {
@@ -148,8 +183,16 @@ impl Dedup {
                 observer,
                 health,
                 claim_wait,
+                result_limit,
             }),
         }
+    }
+
+    /// The largest result [`Dedup::process_once_storing`] keeps, in
+    /// [`StoredResult::size`] bytes ([`DedupBuilder::result_limit`]; [`RESULT_LIMIT`], 64 KiB,
+    /// by default).
+    pub fn result_limit(&self) -> usize {
+        self.inner.result_limit
     }
 
     /// What the store's recent writes said: failing since the last failed one, until one
@@ -253,6 +296,9 @@ impl Dedup {
     /// deliveries are duplicates while the work runs: nothing is renewed or completed, but a
     /// failure still releases the claim, so that the sender's retry runs the work again.
     ///
+    /// It keeps no result, and reads none for a duplicate (its `result` is `None`):
+    /// [`Dedup::process_once_storing`] does both.
+    ///
     /// # Errors
     /// [`ProcessError::Store`] when the claim could not be made; [`ProcessError::Failed`] with
     /// the work's error.
@@ -266,10 +312,68 @@ impl Dedup {
         F: FnOnce(Claimed) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        let once = self
+            .once(req, Results::Ignored, |claimed| async move {
+                work(claimed).await.map(|t| (t, None))
+            })
+            .await?;
+        Ok(once.map(|(t, _)| t))
+    }
+
+    /// [`Dedup::process_once`], keeping the work's result for the event's duplicates: `work`
+    /// returns its value and a [`StoredResult`] (a status, the headers to replay, a body), and
+    /// the result is kept beside the record by the completion itself, in the same atomic step
+    /// ([`ClaimStore::complete_with`]), for as long as the record lives. A duplicate reads it
+    /// back, byte for byte, in [`Once::Duplicate::result`], from the very record the store
+    /// answered about (a completed record never changes until it expires, and a later record of
+    /// the event has another expiry, so a result is never another record's).
+    ///
+    /// A result over [`Dedup::result_limit`] is not kept: the claim is completed all the same
+    /// (the work was done), the answer is still [`Once::Processed`] (the refusal is logged at
+    /// warn), and its duplicates get [`RecordResult::Withheld`] with its size. Check
+    /// [`StoredResult::size`] in `work` to choose another answer for it. In
+    /// [`ClaimMode::OnReceipt`] there is no completion, so no result is kept: its duplicates get
+    /// [`RecordResult::None`].
+    ///
+    /// # Errors
+    /// As [`Dedup::process_once`], and [`ProcessError::Store`] when a duplicate's result cannot
+    /// be read.
+    #[tracing::instrument(name = "process_once", level = "debug", skip_all, fields(source = %req.key.source, event_id = %req.key.event_id))]
+    pub async fn process_once_storing<T, E, F, Fut>(
+        &self,
+        req: ClaimRequest,
+        work: F,
+    ) -> Result<Once<T>, ProcessError<E>>
+    where
+        F: FnOnce(Claimed) -> Fut,
+        Fut: Future<Output = Result<(T, StoredResult), E>>,
+    {
+        let once = self
+            .once(req, Results::Kept, |claimed| async move {
+                work(claimed).await.map(|(t, r)| (t, Some(r)))
+            })
+            .await?;
+        Ok(once.map(|(t, _)| t))
+    }
+
+    /// What both `process_once`s do: `results` says whether a duplicate's result is read.
+    async fn once<T, E, F, Fut>(
+        &self,
+        req: ClaimRequest,
+        results: Results,
+        work: F,
+    ) -> Result<Once<(T, Option<StoredResult>)>, ProcessError<E>>
+    where
+        F: FnOnce(Claimed) -> Fut,
+        Fut: Future<Output = Result<(T, Option<StoredResult>), E>>,
+    {
         if self.inner.finisher.completing(&req.key) {
-            return Ok(Once::Duplicate { first_seen: None });
+            return Ok(Once::Duplicate {
+                first_seen: None,
+                result: None,
+            });
         }
-        let (mode, lease) = (req.mode, req.lease);
+        let (mode, lease, key) = (req.mode, req.lease, req.key.clone());
         let claimed = match self.claim(req).await.map_err(ProcessError::Store)? {
             ClaimOutcome::Claimed {
                 token,
@@ -280,9 +384,21 @@ impl Dedup {
                 expires_at,
                 late_duplicate,
             },
-            ClaimOutcome::Duplicate { first_seen, .. } => {
+            ClaimOutcome::Duplicate {
+                first_seen,
+                expires_at,
+                ..
+            } => {
+                let result = match results {
+                    Results::Ignored => None,
+                    Results::Kept => self
+                        .result_of(&key, expires_at)
+                        .await
+                        .map_err(ProcessError::Store)?,
+                };
                 return Ok(Once::Duplicate {
                     first_seen: Some(first_seen),
+                    result,
                 });
             }
             ClaimOutcome::LateDuplicate { first_seen, .. } => {
@@ -299,28 +415,90 @@ impl Dedup {
             ClaimMode::OnReceipt => work(claimed).await,
         };
         guard.disarm();
-        let (what, outcome) = match result {
-            // Marked on receipt: nothing left to complete.
+        let (kept, finished) = match result {
+            // Marked on receipt: nothing left to complete (and no completion to keep a result).
             Ok(value) if mode == ClaimMode::OnReceipt => return Ok(Once::Processed(value)),
-            Ok(value) => (Finish::Complete, Ok(Once::Processed(value))),
-            Err(e) => (Finish::Release, Err(ProcessError::Failed(e))),
+            Ok((value, kept)) => {
+                let finished = match &kept {
+                    Some(r) => {
+                        self.inner
+                            .finisher
+                            .complete_with(
+                                &self.inner.store,
+                                &token,
+                                r.clone(),
+                                self.inner.result_limit,
+                                lease,
+                                self.store_wait(),
+                            )
+                            .await
+                    }
+                    None => self.finish(&token, Finish::Complete, lease).await,
+                };
+                (Ok(Once::Processed((value, kept))), finished)
+            }
+            Err(e) => (
+                Err(ProcessError::Failed(e)),
+                self.finish(&token, Finish::Release, lease).await,
+            ),
         };
-        if let Err(e) = self
-            .inner
-            .finisher
-            .finish(&self.inner.store, &token, what, lease, self.store_wait())
-            .await
-        {
+        match finished {
+            Ok(_) => {}
+            Err(StoreError::ResultTooLarge { size, limit, .. }) => tracing::warn!(
+                source = %token.key.source,
+                attempt = token.attempt,
+                size,
+                limit,
+                "the work's result is over the limit: the claim was completed without it, and its duplicates hear only its size"
+            ),
             // The claim is no longer this token's: its lease lapsed and another delivery took it
             // over, or it expired. Nothing of ours to finish.
-            tracing::warn!(
+            Err(e) => tracing::warn!(
                 source = %token.key.source,
                 attempt = token.attempt,
                 error = %ErrorChain(&e),
                 "the claim was lost before it could be finished"
-            );
+            ),
         }
-        outcome
+        kept
+    }
+
+    async fn finish(
+        &self,
+        token: &ClaimToken,
+        what: Finish,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .finisher
+            .finish(&self.inner.store, token, what, lease, self.store_wait())
+            .await
+    }
+
+    /// The result the live record of `key` that expires at `expires_at` keeps: that is the
+    /// record a duplicate was answered about (a later record of the key expires later). `None`
+    /// when it is gone (it expired, or was released after being marked on receipt) or replaced.
+    async fn result_of(
+        &self,
+        key: &Key,
+        expires_at: Timestamp,
+    ) -> Result<Option<RecordResult>, StoreError> {
+        let wait = self.store_wait();
+        let view = tokio::time::timeout(wait, self.inner.store.lookup(key))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::backend(
+                    format!(
+                        "the store did not answer a result's read within {}",
+                        idemgate_core::Human(wait)
+                    ),
+                    crate::health::NoAnswer,
+                ))
+            })?;
+        Ok(view
+            .record
+            .filter(|r| r.expires_at == expires_at && r.state == RecordState::Done)
+            .map(|r| r.result))
     }
 
     /// Runs `work`, renewing `token`'s lease every third of `lease` until it ends.
@@ -372,6 +550,7 @@ pub struct DedupBuilder {
     holder: Option<Holder>,
     observer: Option<Box<ClaimObserver>>,
     claim_wait: Duration,
+    result_limit: usize,
 }
 
 impl std::fmt::Debug for DedupBuilder {
@@ -415,9 +594,24 @@ impl DedupBuilder {
         self
     }
 
+    /// The largest result [`Dedup::process_once_storing`] keeps, in [`StoredResult::size`]
+    /// bytes (default [`RESULT_LIMIT`], 64 KiB). A larger one is not kept: the claim is
+    /// completed without it, and its duplicates hear [`RecordResult::Withheld`] with its size.
+    #[must_use]
+    pub fn result_limit(mut self, bytes: usize) -> Self {
+        self.result_limit = bytes;
+        self
+    }
+
     /// The `Dedup`.
     pub fn build(self) -> Dedup {
-        Dedup::build(self.store, self.holder, self.observer, self.claim_wait)
+        Dedup::build(
+            self.store,
+            self.holder,
+            self.observer,
+            self.claim_wait,
+            self.result_limit,
+        )
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemgate_core::store::ClaimStore;
-use idemgate_core::{ClaimToken, Key, StoreError};
+use idemgate_core::{ClaimToken, Key, StoreError, StoredResult};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -116,8 +116,44 @@ impl Finisher {
         lease: Duration,
         wait: Duration,
     ) -> Result<bool, StoreError> {
+        self.finish_work(store, token, Work { what, result: None }, lease, wait)
+            .await
+    }
+
+    /// Completes `token`'s claim keeping `result` ([`ClaimStore::complete_with`] under
+    /// `limit`), as [`finish`](Self::finish) completes one: now, waiting for the store at most
+    /// `wait`, else in the background with the same result, until the store takes it.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`] as [`finish`](Self::finish) (nothing kept);
+    /// [`StoreError::ResultTooLarge`]: the claim was completed without the result (not retried).
+    pub async fn complete_with(
+        &self,
+        store: &AnyStore,
+        token: &ClaimToken,
+        result: StoredResult,
+        limit: usize,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let work = Work {
+            what: Finish::Complete,
+            result: Some((Arc::new(result), limit)),
+        };
+        self.finish_work(store, token, work, lease, wait).await
+    }
+
+    async fn finish_work(
+        &self,
+        store: &AnyStore,
+        token: &ClaimToken,
+        work: Work,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let what = work.what;
         let pending = (what == Finish::Complete).then(|| self.mark_completing(&token.key));
-        let tried = tokio::time::timeout(wait, apply(store, token, what, &self.health))
+        let tried = tokio::time::timeout(wait, apply(store, token, &work, &self.health))
             .await
             .unwrap_or_else(|_| {
                 Err(StoreError::backend(
@@ -127,7 +163,7 @@ impl Finisher {
             });
         match tried {
             Ok(()) => Ok(true),
-            Err(e @ StoreError::StaleToken { .. }) => Err(e),
+            Err(e @ (StoreError::StaleToken { .. } | StoreError::ResultTooLarge { .. })) => Err(e),
             Err(e) => {
                 tracing::warn!(
                     source = %token.key.source,
@@ -137,7 +173,7 @@ impl Finisher {
                     what.name()
                 );
                 // The mark goes with the retry, which takes its own first.
-                self.retry(store.clone(), token.clone(), what, lease);
+                self.retry_work(store.clone(), token.clone(), work, lease);
                 drop(pending);
                 Ok(false)
             }
@@ -162,6 +198,11 @@ impl Finisher {
     /// Starts the background retry of `what` for `token` without trying first (a request was
     /// dropped and its claim must be released).
     pub fn retry(&self, store: AnyStore, token: ClaimToken, what: Finish, lease: Duration) {
+        self.retry_work(store, token, Work { what, result: None }, lease);
+    }
+
+    fn retry_work(&self, store: AnyStore, token: ClaimToken, work: Work, lease: Duration) {
+        let what = work.what;
         let abandon = self.abandon.clone();
         let health = self.health.clone();
         let completing = (what == Finish::Complete).then(|| self.mark_completing(&token.key));
@@ -184,8 +225,9 @@ impl Finisher {
                     () = tokio::time::sleep(pause) => {}
                 }
                 tries += 1;
-                match apply(&store, &token, what, &health).await {
-                    Ok(()) => {
+                match apply(&store, &token, &work, &health).await {
+                    // Completed, without its result (too large): nothing to try again.
+                    Ok(()) | Err(StoreError::ResultTooLarge { .. }) => {
                         tracing::info!(
                             source = %token.key.source,
                             attempt = token.attempt,
@@ -243,15 +285,25 @@ impl Finisher {
     }
 }
 
+/// A completion (with the result to keep, and its limit) or a release, as tried and retried.
+#[derive(Debug, Clone)]
+struct Work {
+    what: Finish,
+    result: Option<(Arc<StoredResult>, usize)>,
+}
+
 async fn apply(
     store: &AnyStore,
     token: &ClaimToken,
-    what: Finish,
+    work: &Work,
     health: &WriteHealth,
 ) -> Result<(), StoreError> {
-    let result = match what {
-        Finish::Complete => store.complete(token).await,
-        Finish::Release => store.release(token).await,
+    let result = match (work.what, &work.result) {
+        (Finish::Complete, Some((result, limit))) => {
+            store.complete_with(token, result, *limit).await
+        }
+        (Finish::Complete, None) => store.complete(token).await,
+        (Finish::Release, _) => store.release(token).await,
     };
     health.note(&result);
     result

@@ -53,7 +53,8 @@ impl WriteHealth {
     /// instance) say nothing of the store.
     pub fn note<T>(&self, result: &Result<T, StoreError>) {
         match result {
-            Ok(_) => {
+            // A result refused as too large: the completion itself was written.
+            Ok(_) | Err(StoreError::ResultTooLarge { .. }) => {
                 if self.failing.load(Ordering::Relaxed) {
                     self.recovered();
                 }

@@ -171,6 +171,8 @@
 //!
 //! - [`Dedup`] (`dedup`): [`Dedup::process_once`], claim, run the caller's work, complete on
 //!   `Ok`, release on `Err`, on a panic and on drop; the lease renewed while the work runs.
+//!   [`Dedup::process_once_storing`] also keeps the work's result ([`StoredResult`]) with the
+//!   completion and gives it back to the event's duplicates.
 //! - [`IdempotencyLayer`] ([`layer`]): the same around a tower service, keyed by a closure over
 //!   the request (see [`layer::verified`] for every webhook provider's scheme).
 //! - [`store`]: [`AnyStore`], any store as one shared object: the engine chosen at run time
@@ -226,8 +228,8 @@ pub use idemgate_core::{
     BootRequest, ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, DeliveryContract,
     EventId, EventView, Fingerprint, HistoryEntry, HistoryOutcome, HistoryQuery, HistoryRetention,
     Holder, InstanceName, Instances, Key, KeyError, LateDuplicates, LiveBoot, MemoryStore, Preset,
-    Record, RecordState, SourceName, Stats, StoreError, Sweep, Timeline, TimelineCounts, Timestamp,
-    TtlPolicy, preset, presets,
+    RESULT_LIMIT, Record, RecordResult, RecordState, SourceName, Stats, StoreError, StoredResult,
+    Sweep, Timeline, TimelineCounts, Timestamp, TtlPolicy, preset, presets,
 };
 pub use idemgate_providers::{Provider, Scheme, Secret, SignError, Verifier, VerifyError};
 

@@ -28,7 +28,7 @@ use idemgate_core::store::{
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
     Capabilities, ClaimOutcome, ClaimRequest, ClaimToken, Clock, EventView, HistoryRetention,
-    Holder, Key, MemoryStore, SourceName, Store, Timestamp,
+    Holder, Key, MemoryStore, RecordResult, SourceName, Store, Timestamp,
 };
 
 #[cfg_attr(
@@ -394,6 +394,13 @@ impl ClaimStore for AnyStore {
     }
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.store.complete(token).await
+    }
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.store.complete_keeping(token, result).await
     }
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.store.release(token).await

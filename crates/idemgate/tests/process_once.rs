@@ -41,7 +41,11 @@ async fn an_event_is_processed_once_and_then_a_duplicate() {
     let runs = AtomicUsize::new(0);
     assert_eq!(ok(&dedup, "o-1", &runs).await, Once::Processed(1));
     match ok(&dedup, "o-1", &runs).await {
-        Once::Duplicate { first_seen } => assert!(first_seen.is_some()),
+        // `process_once` keeps no result and reads none.
+        Once::Duplicate { first_seen, result } => {
+            assert!(first_seen.is_some());
+            assert_eq!(result, None);
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -87,7 +87,13 @@ async fn a_completion_stuck_on_a_silent_store_neither_holds_the_caller_nor_lets_
         })
         .await
         .unwrap();
-    assert_eq!(again, Once::Duplicate { first_seen: None });
+    assert_eq!(
+        again,
+        Once::Duplicate {
+            first_seen: None,
+            result: None
+        }
+    );
     assert!(started.elapsed() < Duration::from_millis(100));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
@@ -108,7 +114,8 @@ async fn a_completion_stuck_on_a_silent_store_neither_holds_the_caller_nor_lets_
             .await
             .unwrap(),
         Once::Duplicate {
-            first_seen: Some(_)
+            first_seen: Some(_),
+            ..
         }
     ));
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -1,5 +1,5 @@
 //! Claims inside the caller's own transaction: [`PgStore::claim_in`] and
-//! [`PgStore::complete_in`], so a worker claims an event and writes its own rows in one atomic
+//! [`PgStore::complete_in`] (or [`PgStore::complete_with_in`], keeping the work's result), so a worker claims an event and writes its own rows in one atomic
 //! step (the pattern of a transactional outbox, or a queue in the same database). Committed,
 //! the claim, its completion and the worker's rows are there together; rolled back, none are,
 //! and the event is claimed afresh by its next delivery.
@@ -10,13 +10,13 @@
 //! statement as every other PostgreSQL claim (`claim_batch.sql`, with one element), by the
 //! database's clock.
 
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, StoreError};
+use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimToken, StoreError, StoredResult};
 use tokio_postgres::Transaction;
 
 use crate::batch::{CLAIM_BATCH, ClaimArrays, FINISH_BATCH, by_element};
 use crate::error::PgError;
 use crate::row::{self, outcome_of};
-use crate::store::{PgStore, stale};
+use crate::store::{COMPLETE_KEEPING, Keeping, PgStore, stale};
 
 impl PgStore {
     /// Claims `req` inside `tx`, the caller's transaction on a connection to this store's
@@ -85,6 +85,37 @@ impl PgStore {
             Some(true) => Ok(()),
             _ => Err(stale(token)),
         }
+    }
+
+    /// Completes `token`'s claim inside `tx` with the work's `result` kept beside the record, as
+    /// [`ClaimStore::complete_with`](idemgate_core::ClaimStore::complete_with) does: done, and
+    /// the result stored, once the caller commits. A result over `limit` is not stored; the
+    /// claim is completed without it (once the caller commits), and the answer is
+    /// [`StoreError::ResultTooLarge`]: commit all the same, the work was done.
+    ///
+    /// # Errors
+    /// [`StoreError::StaleToken`] when the claim is no longer this token's (nothing written);
+    /// [`StoreError::ResultTooLarge`] as above; otherwise as [`claim_in`](Self::claim_in).
+    pub async fn complete_with_in(
+        &self,
+        tx: &Transaction<'_>,
+        token: &ClaimToken,
+        result: &StoredResult,
+        limit: usize,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "completing a claim with its result inside the caller's transaction";
+        let (kept, answer) = result.judge(&token.key, limit);
+        let Some(keep) = Keeping::of(token, &kept) else {
+            // A result is always kept, stored or withheld.
+            return self.complete_in(tx, token).await.and(answer);
+        };
+        self.check_schema(tx).await?;
+        let row = tx
+            .query_one(COMPLETE_KEEPING, &keep.params())
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        keep.answer(token, &row, CONTEXT)?;
+        answer
     }
 
     /// Refuses a transaction whose connection does not look in this store's schema first: its

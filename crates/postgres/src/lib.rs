@@ -41,7 +41,7 @@
 //!
 //! The SQL lives in `sql/`. `migrations/` holds the tables and the server-side functions (the
 //! claim rules in PL/pgSQL), one file per schema version, from `0001_init.sql` to
-//! `0010_inbox_story_and_expiry_index.sql` ([`SCHEMA_VERSION`]); the dashboard's history index is
+//! `0011_stored_results.sql` ([`SCHEMA_VERSION`]); the dashboard's history index is
 //! `0005_history_by_source_time.sql`. The other files are the statements the store sends.
 //!
 //! Every time is the database's: `clock_timestamp()` inside the functions, `now()` in the sweep

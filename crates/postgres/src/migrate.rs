@@ -72,10 +72,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "inbox attempts in history, queue items by key, the expiry index out of keys' reach",
         sql: include_str!("../sql/migrations/0010_inbox_story_and_expiry_index.sql"),
     },
+    Migration {
+        version: 11,
+        name: "stored results",
+        sql: include_str!("../sql/migrations/0011_stored_results.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

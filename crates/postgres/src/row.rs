@@ -11,7 +11,8 @@ use idemgate_core::inbox::{
 };
 use idemgate_core::{
     Boot, ClaimOutcome, ClaimToken, EventId, Fingerprint, HistoryEntry, HistoryOutcome, Holder,
-    InstanceName, Key, LiveBoot, Record, RecordState, SourceName, SourceStats, Timestamp,
+    InstanceName, Key, LiveBoot, Record, RecordResult, RecordState, SourceName, SourceStats,
+    StoredResult, Timestamp,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
@@ -158,6 +159,25 @@ pub(crate) fn record_of(row: &Row, context: &'static str) -> Result<Record, PgEr
         expires_at: Timestamp::from_millis(get(row, "expires_ms", context)?),
         holder,
         completed: get(row, "completed", context)?,
+        result: match (
+            get::<Option<Vec<u8>>>(row, "result", context)?,
+            get::<Option<i64>>(row, "result_withheld", context)?,
+        ) {
+            (None, None) => RecordResult::None,
+            (Some(bytes), None) => RecordResult::Stored(
+                StoredResult::decode(&bytes).map_err(|e| unexpected(context, e.to_string()))?,
+            ),
+            (None, Some(size)) => RecordResult::Withheld {
+                size: usize::try_from(size)
+                    .map_err(|_| unexpected(context, format!("a withheld size of {size}")))?,
+            },
+            (Some(_), Some(size)) => {
+                return Err(unexpected(
+                    context,
+                    format!("a result both stored and withheld ({size} bytes)"),
+                ));
+            }
+        },
     })
 }
 

@@ -11,7 +11,7 @@ use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     Boot, BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView,
     HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, LiveBoot,
-    SourceName, Stats, StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
+    RecordResult, SourceName, Stats, StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
 };
 
 use crate::batch::{Batcher, Claim, Claims, Finish, Finishes};
@@ -25,6 +25,7 @@ const RENEW: &str = include_str!("../sql/renew.sql");
 const REGISTER_BOOT: &str = include_str!("../sql/register_boot.sql");
 const HEARTBEAT_BOOT: &str = include_str!("../sql/heartbeat_boot.sql");
 const LOOKUP_RECORD: &str = include_str!("../sql/lookup_record.sql");
+pub(crate) const COMPLETE_KEEPING: &str = include_str!("../sql/complete_keeping.sql");
 const LOOKUP_HISTORY: &str = include_str!("../sql/lookup_history.sql");
 const STATS_SOURCES: &str = include_str!("../sql/stats_sources.sql");
 const STATS_TOTALS: &str = include_str!("../sql/stats_totals.sql");
@@ -183,6 +184,30 @@ impl PgStore {
         }
     }
 
+    /// Completes the claim `token` holds with `result` kept beside the record: one call of
+    /// `complete_keeping` (its own transaction; not group-committed). Without a result, the
+    /// batcher's completion.
+    async fn finish_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        const CONTEXT: &str = "completing a claim with its result";
+        let Some(keep) = Keeping::of(token, &result) else {
+            return self.finish(token, false).await;
+        };
+        let client = self.db().client().await?;
+        let stmt = client
+            .prepare_cached(COMPLETE_KEEPING)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let row = client
+            .query_one(&stmt, &keep.params())
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        keep.answer(token, &row, CONTEXT)
+    }
+
     /// One call of `register_boot`, sent again after a deadlock: the new boot, or the live one
     /// that refuses it.
     async fn new_boot(&self, req: &BootRequest) -> Result<Result<Boot, LiveBoot>, PgError> {
@@ -279,6 +304,64 @@ async fn check_search_path(client: &tokio_postgres::Client, schema: &str) -> Res
     }
 }
 
+/// The arguments of `complete_keeping.sql` for a token and a result to keep.
+pub(crate) struct Keeping<'a> {
+    source: &'a str,
+    event_id: &'a str,
+    attempt: i32,
+    nonce: i64,
+    stored: Option<Vec<u8>>,
+    withheld: Option<i64>,
+}
+
+impl<'a> Keeping<'a> {
+    /// `None` when there is nothing to keep (a plain completion). A token whose attempt no
+    /// `integer` holds is stale: its `attempt` is then one no record has, and the call answers so.
+    pub(crate) fn of(token: &'a ClaimToken, result: &RecordResult) -> Option<Self> {
+        let (stored, withheld) = match result {
+            RecordResult::None => return None,
+            RecordResult::Stored(r) => (Some(r.encode()), None),
+            RecordResult::Withheld { size } => {
+                (None, Some(i64::try_from(*size).unwrap_or(i64::MAX)))
+            }
+        };
+        Some(Self {
+            source: token.key.source.as_str(),
+            event_id: token.key.event_id.as_str(),
+            attempt: i32::try_from(token.attempt).unwrap_or(-1),
+            // The nonce travels as bigint, bit for bit.
+            nonce: token.nonce as i64,
+            stored,
+            withheld,
+        })
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 6] {
+        [
+            &self.source,
+            &self.event_id,
+            &self.attempt,
+            &self.nonce,
+            &self.stored,
+            &self.withheld,
+        ]
+    }
+
+    /// The call's answer: `r_held` false is a stale token.
+    pub(crate) fn answer(
+        &self,
+        token: &ClaimToken,
+        row: &tokio_postgres::Row,
+        context: &'static str,
+    ) -> Result<(), StoreError> {
+        if row::get::<bool>(row, "r_held", context)? {
+            Ok(())
+        } else {
+            Err(stale(token))
+        }
+    }
+}
+
 pub(crate) fn stale(token: &ClaimToken) -> StoreError {
     StoreError::StaleToken {
         key: token.key.clone(),
@@ -303,6 +386,15 @@ impl ClaimStore for PgStore {
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.finish(token, false).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt, result = result.name()))]
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.finish_keeping(token, result).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, attempt = token.attempt))]

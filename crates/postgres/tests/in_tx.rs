@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use idemgate_core::{ClaimOutcome, ClaimRequest, ClaimStore, Key, RecordState, StoreError};
+use idemgate_core::{
+    ClaimOutcome, ClaimRequest, ClaimStore, Key, RESULT_LIMIT, RecordResult, RecordState,
+    StoreError, StoredResult,
+};
 use idemgate_postgres::Expiry;
 
 /// The caller's own connection, from the store's settings (its schema first on the
@@ -163,4 +166,92 @@ async fn a_transaction_on_another_schema_is_refused_before_anything_is_written()
             .record
             .is_none()
     );
+}
+
+/// A completion with its result inside the caller's transaction: rolled back, neither the
+/// completion nor the result is there; committed, both are, with the caller's rows. A result
+/// over the limit is refused, and committing completes the claim without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_commits_and_rolls_back_with_its_completion() {
+    let (cfg, _guard) = common::config(Expiry::batched());
+    let Some(store) = common::connect(cfg.clone()).await else {
+        return;
+    };
+    let mut client = own_connection(&cfg).await;
+    let result = StoredResult::new(201)
+        .header("content-type", "application/json")
+        .body(br#"{"payment":"pay_1"}"#.to_vec());
+
+    let tx = client.transaction().await.unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store.claim_in(&tx, claim("res_1")).await.unwrap()
+    else {
+        panic!("not claimed");
+    };
+    store
+        .complete_with_in(&tx, &token, &result, RESULT_LIMIT)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(store.lookup(&token.key).await.unwrap().record.is_none());
+
+    let tx = client.transaction().await.unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store.claim_in(&tx, claim("res_1")).await.unwrap()
+    else {
+        panic!("not claimed after the rollback");
+    };
+    tx.execute("INSERT INTO payments VALUES ('res_1')", &[])
+        .await
+        .unwrap();
+    store
+        .complete_with_in(&tx, &token, &result, RESULT_LIMIT)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let rec = store.lookup(&token.key).await.unwrap().record.unwrap();
+    assert_eq!(
+        (rec.state, rec.completed, rec.result),
+        (
+            RecordState::Done,
+            true,
+            RecordResult::Stored(result.clone())
+        )
+    );
+
+    // Too large: refused, and the commit completes the claim without it.
+    let tx = client.transaction().await.unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store.claim_in(&tx, claim("res_2")).await.unwrap()
+    else {
+        panic!("not claimed");
+    };
+    let refused = store
+        .complete_with_in(&tx, &token, &result, result.size() - 1)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::ResultTooLarge { size, .. }) if size == result.size()),
+        "{refused:?}"
+    );
+    tx.commit().await.unwrap();
+    let rec = store.lookup(&token.key).await.unwrap().record.unwrap();
+    assert_eq!(
+        (rec.completed, rec.result),
+        (
+            true,
+            RecordResult::Withheld {
+                size: result.size()
+            }
+        )
+    );
+    // A stale token stores nothing.
+    let tx = client.transaction().await.unwrap();
+    let stale = idemgate_core::ClaimToken {
+        nonce: token.nonce ^ 1,
+        ..token
+    };
+    assert!(matches!(
+        store
+            .complete_with_in(&tx, &stale, &result, RESULT_LIMIT)
+            .await,
+        Err(StoreError::StaleToken { .. })
+    ));
+    tx.rollback().await.unwrap();
 }

@@ -6,6 +6,7 @@
 //! | key | holds |
 //! |---|---|
 //! | `<prefix>{<source>/<id>}:e` | store mode: the event, a hash of its record and capped history |
+//! | `<prefix>{<source>/<id>}:r` | store mode: a completed record's result, expiring with the record |
 //! | `<prefix>{<source>}:s` | store mode: the source's best-effort history stream |
 //! | `<prefix>{<source>/<id>}:c:<store id>` | tier mode: the cached answer for a done record of the inner store with that id, or a tombstone |
 //! | `<prefix>store_id` | store mode: this store's identity, created once (`SET NX`) |
@@ -48,6 +49,11 @@ impl Keys {
     /// The event: its record and history (store mode).
     pub(crate) fn event(&self, key: &Key) -> String {
         self.tagged(key, ":e")
+    }
+
+    /// A completed record's result (store mode), beside the event in its hash slot.
+    pub(crate) fn result(&self, key: &Key) -> String {
+        self.tagged(key, ":r")
     }
 
     /// `SCAN MATCH` pattern for every event key (store mode).

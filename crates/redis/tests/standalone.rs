@@ -325,3 +325,51 @@ async fn a_source_stream_that_fails_never_fails_the_claim() {
     let view = store.lookup(&key).await.unwrap();
     assert_eq!(view.history.len(), 2);
 }
+
+/// A completed record's result lives under its own key beside the event's hash, and expires with
+/// the record rather than with the history the hash keeps: its expiry is the record's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_key_expires_at_its_records_expiry() {
+    use idemgate_core::{RESULT_LIMIT, StoredResult};
+    let Some(h) = standalone_harness().await else {
+        return;
+    };
+    let store = h.store();
+    let key = Key::parse("api", "pay-9").unwrap();
+    let ClaimOutcome::Claimed {
+        token, expires_at, ..
+    } = store
+        .claim(ClaimRequest::new(
+            key.clone(),
+            Duration::from_secs(30),
+            Duration::from_secs(600),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("not claimed");
+    };
+    store
+        .complete_with(
+            &token,
+            &StoredResult::new(200).body(b"ok".to_vec()),
+            RESULT_LIMIT,
+        )
+        .await
+        .unwrap();
+    let prefix = store.config().key_prefix.clone();
+    let mut con = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let result_at: i64 = redis::cmd("PEXPIRETIME")
+        .arg(format!("{prefix}{{api/pay-9}}:r"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(result_at, expires_at.as_millis());
+    let event_at: i64 = redis::cmd("PEXPIRETIME")
+        .arg(format!("{prefix}{{api/pay-9}}:e"))
+        .query(&mut con)
+        .unwrap();
+    assert!(event_at > result_at, "the history outlives the record");
+}

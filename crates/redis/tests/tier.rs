@@ -15,7 +15,7 @@ use common::{Cleanup, TestServer, WHAT_TO_INSTALL, WHAT_TO_START, redis_url, uni
 use idemgate_core::testkit::{self, Harness, RealTimeHarness, require_service};
 use idemgate_core::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimStore, Fingerprint, Identity, Key, MemoryStore,
-    StoreError,
+    RESULT_LIMIT, RecordResult, StoreError, StoredResult,
 };
 use idemgate_redis::{TierConfig, TieredStore};
 
@@ -429,4 +429,61 @@ async fn a_recreated_database_does_not_answer_from_the_old_cache() {
         1,
         "answered from the cache it filled before"
     );
+}
+
+/// A result goes through to the inner store with the completion and is read from there: a
+/// duplicate answered from Redis carries none, and nothing the tier writes to Redis holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_stored_in_the_inner_store_and_never_cached() {
+    let Some(h) = tier_harness().await else {
+        return;
+    };
+    let store = h.store();
+    let key = Key::parse("api", "pay-1").unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store.claim(req(&key)).await.unwrap() else {
+        panic!("not claimed");
+    };
+    let marker = b"only-in-the-inner-store".to_vec();
+    let result = StoredResult::new(201)
+        .header("content-type", "text/plain")
+        .body(marker.clone());
+    store
+        .complete_with(&token, &result, RESULT_LIMIT)
+        .await
+        .unwrap();
+    let kept = RecordResult::Stored(result);
+    let inner = store.inner().lookup(&key).await.unwrap().record.unwrap();
+    assert_eq!(inner.result, kept);
+
+    // The first duplicate asks the inner store and fills the cache; the next is a hit.
+    for _ in 0..2 {
+        assert!(matches!(
+            store.claim(req(&key)).await.unwrap(),
+            ClaimOutcome::Duplicate { .. }
+        ));
+    }
+    assert_eq!(store.counters().hits, 1);
+    let view = store.lookup(&key).await.unwrap();
+    assert_eq!(view.record.unwrap().result, kept);
+
+    // What Redis holds for the prefix: the cached answer, without the result.
+    let client = redis::Client::open(h._cleanup.url.as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", h._cleanup.prefix))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty(), "the duplicate was cached");
+    for k in keys {
+        let value: Vec<u8> = redis::cmd("GET")
+            .arg(&k)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(
+            !value.windows(marker.len()).any(|w| w == marker),
+            "{k} holds the result"
+        );
+    }
 }

@@ -38,8 +38,8 @@ use idemgate_core::store::{
     StoreError, StoreStats, Sweep, Timeline, TimelineCounts,
 };
 use idemgate_core::{
-    Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordState, SourceName,
-    SteadyClock, Timestamp,
+    Clock, Fingerprint, HistoryOutcome, Holder, InstanceName, Key, Record, RecordResult,
+    RecordState, SourceName, SteadyClock, StoredResult, Timestamp,
 };
 use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -70,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../sql/0005_completed.sql"),
     include_str!("../sql/0006_boot_leases.sql"),
     include_str!("../sql/0007_inbox_by_key.sql"),
+    include_str!("../sql/0008_stored_results.sql"),
 ];
 
 const SELECT_RECORD: &str = include_str!("../sql/claim_select.sql");
@@ -411,7 +412,30 @@ pub(crate) fn record_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<
         expires_at: Timestamp::from_millis(row.get(at + 6)?),
         holder,
         completed: row.get(at + 9)?,
+        result: result_at(row, at + 10)?,
     })
+}
+
+/// A record's result: its stored bytes at `at`, or the size of a withheld one at `at + 1`.
+fn result_at(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<RecordResult> {
+    match (
+        row.get::<_, Option<Vec<u8>>>(at)?,
+        row.get::<_, Option<i64>>(at + 1)?,
+    ) {
+        (None, None) => Ok(RecordResult::None),
+        (Some(bytes), None) => StoredResult::decode(&bytes)
+            .map(RecordResult::Stored)
+            .map_err(|e| unreadable(at, "stored result", e.to_string())),
+        (None, Some(size)) => Ok(RecordResult::Withheld {
+            size: usize::try_from(size)
+                .map_err(|e| unreadable(at + 1, "withheld result size", e.to_string()))?,
+        }),
+        (Some(_), Some(size)) => Err(unreadable(
+            at,
+            "stored result",
+            format!("both stored and withheld ({size} bytes)"),
+        )),
+    }
 }
 
 fn read_record(conn: &Connection, key: &Key) -> rusqlite::Result<Option<Record>> {
@@ -435,6 +459,17 @@ impl ClaimStore for SqliteStore {
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         let token = token.clone();
         self.send(|reply| Command::Complete(token, reply)).await
+    }
+
+    #[tracing::instrument(name = "sqlite_complete", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id, result = result.name()))]
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        let token = token.clone();
+        self.send(|reply| Command::CompleteKeeping(token, result, reply))
+            .await
     }
 
     #[tracing::instrument(name = "sqlite_release", level = "debug", skip_all, fields(source = %token.key.source, event_id = %token.key.event_id))]

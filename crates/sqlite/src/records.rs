@@ -5,7 +5,7 @@
 use idemgate_core::claim::{ClaimOutcome, ClaimRequest, HistoryOutcome, Record};
 use idemgate_core::machine;
 use idemgate_core::store::StoreError;
-use idemgate_core::{Fingerprint, Key, Prior, Timestamp};
+use idemgate_core::{Fingerprint, Key, Prior, RecordResult, StoredResult, Timestamp};
 use rusqlite::{Connection, params};
 
 use crate::read_record;
@@ -56,6 +56,11 @@ pub(crate) fn write_record(conn: &Connection, key: &Key, rec: &Record) -> rusqli
             // Bit for bit, like the nonce.
             rec.holder.as_ref().map(|h| h.boot as i64),
             rec.completed,
+            rec.result.stored().map(StoredResult::encode),
+            match rec.result {
+                RecordResult::Withheld { size } => Some(i64::try_from(size).unwrap_or(i64::MAX)),
+                RecordResult::None | RecordResult::Stored(_) => None,
+            },
         ])
         .map(drop)
 }

@@ -15,7 +15,7 @@ use idemgate_core::claim::{ClaimOutcome, ClaimRequest, ClaimToken, HistoryOutcom
 use idemgate_core::inbox::{Failure, ItemRef, QueuedItem, ReplayFilter, Taken};
 use idemgate_core::machine::{self, BootRow, FinishStep};
 use idemgate_core::store::{Boot, BootRequest, StoreError};
-use idemgate_core::{Clock, Holder, InstanceName, Key, Timestamp};
+use idemgate_core::{Clock, Holder, InstanceName, Key, RecordResult, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -68,6 +68,8 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 pub(crate) enum Command {
     Claim(ClaimRequest, Reply<ClaimOutcome>),
     Complete(ClaimToken, Reply<()>),
+    /// Complete, the record keeping the result.
+    CompleteKeeping(ClaimToken, RecordResult, Reply<()>),
     Release(ClaimToken, Reply<()>),
     Renew(ClaimToken, Duration, Reply<Timestamp>),
     /// Register a new boot of an instance and free its earlier boots' claims.
@@ -147,6 +149,7 @@ impl Command {
                 })))
             }
             Command::Complete(_, tx)
+            | Command::CompleteKeeping(_, _, tx)
             | Command::Release(_, tx)
             | Command::Delivered(_, tx)
             | Command::RetryLater(_, _, _, tx)
@@ -349,6 +352,11 @@ fn execute(conn: &Connection, cmd: &Command, now: Timestamp) -> Answer {
     match cmd {
         Command::Claim(req, _) => Answer::Claim(claim(conn, req, now)),
         Command::Complete(token, _) => Answer::Unit(finish(conn, token, now, machine::complete)),
+        Command::CompleteKeeping(token, result, _) => {
+            Answer::Unit(finish(conn, token, now, |token, stored, now| {
+                machine::complete_keeping(token, stored, now, result.clone())
+            }))
+        }
         Command::Release(token, _) => Answer::Unit(finish(conn, token, now, machine::release)),
         Command::Renew(token, lease, _) => Answer::Time(renew(conn, token, *lease, now)),
         Command::Boot(req, _) => Answer::Boot(boot(conn, req, now)),
@@ -394,7 +402,7 @@ fn finish(
     conn: &Connection,
     token: &ClaimToken,
     now: Timestamp,
-    decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
+    decide: impl FnOnce(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
 ) -> Result<(), StoreError> {
     // `Ok(None)`: the token is stale; `Ok(Some(false))`: refused, the claim was completed.
     let run = || -> rusqlite::Result<Option<bool>> {

@@ -12,7 +12,7 @@ use idemgate::engines::core::{Capabilities, Clock, Identity, Prior, SteadyClock}
 use idemgate::machine::{self, FinishStep};
 use idemgate::{
     ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, HistoryEntry, HistoryOutcome,
-    Key, Record, StoreError, Timestamp,
+    Key, Record, RecordResult, StoreError, Timestamp,
 };
 
 /// Records and their history, in memory. Clones share them.
@@ -51,7 +51,7 @@ impl OwnStore {
     fn finish(
         &self,
         token: &ClaimToken,
-        decide: fn(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
+        decide: impl FnOnce(&ClaimToken, Option<&Record>, Timestamp) -> Option<FinishStep>,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let mut st = self.state();
@@ -125,6 +125,17 @@ impl ClaimStore for OwnStore {
 
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.finish(token, machine::complete)
+    }
+
+    /// The completed record keeps the result (the rules put it in the record they return).
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.finish(token, |token, stored, now| {
+            machine::complete_keeping(token, stored, now, result)
+        })
     }
 
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {

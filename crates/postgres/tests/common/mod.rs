@@ -114,6 +114,13 @@ impl ClaimStore for TestStore {
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.store.complete(token).await
     }
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: idemgate_core::RecordResult,
+    ) -> Result<(), StoreError> {
+        self.store.complete_keeping(token, result).await
+    }
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.store.release(token).await
     }

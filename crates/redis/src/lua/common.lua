@@ -36,9 +36,18 @@
 -- Keeping the record and the history in one hash makes a first claim one read and one write.
 --
 -- Every operation on an event takes ARGV[1] = history retention (ms), ARGV[2] = rows kept per
--- event. When KEYS[2] is given (a standalone server), each history row is also added to the
--- source's capped stream KEYS[2]: ARGV[3] = its approximate MAXLEN, ARGV[4] = the event id. That
--- addition is best-effort: its failure never fails the operation, only makes `write` answer true.
+-- event. When ARGV[3] is not "0" (a standalone server), each history row is also added to the
+-- source's capped stream, the last of the KEYS: ARGV[3] = its approximate MAXLEN, ARGV[4] = the
+-- event id. That addition is best-effort: its failure never fails the operation, only makes
+-- `write` answer true.
+--
+-- A completed record's result (idemgate_core::StoredResult) lives beside the hash, under the
+-- event's result key (KEYS[2] of finish and lookup, in the event's hash slot): the record's nonce
+-- (16 hex digits), then "s" and the stored result's bytes, or "w" and the decimal size of a
+-- result withheld as too large. It is written by the completion and expires at the record's
+-- expires_at (PXAT), so it goes with its record rather than with the history; its nonce ties it
+-- to the record it was written for, so it never reads as a later record's. Bodies stay out of the
+-- hash, whose values are kept within a listpack's 64 bytes (below).
 --
 -- A first claim is the commonest call. Past its four commands, its cost is mostly calls into C
 -- (`string.format`, `tonumber`, `unpack`, ...), each about as dear as the Lua around it: so the
@@ -214,8 +223,8 @@ local function write(KEYS, ARGV, ev, at, outcome, processed, a, g, fp, record, h
   if n + 1 > ARGV[2] + 0 then
     redis.call('HDEL', KEYS[1], 'h' .. ms(n + 1 - ARGV[2]))
   end
-  if KEYS[2] then
-    local added = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[4],
+  if ARGV[3] ~= '0' then
+    local added = redis.pcall('XADD', KEYS[#KEYS], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[4],
       'outcome', outcome, 'attempt', a, 'gap_ms', g)
     return type(added) == 'table' and added.err ~= nil
   end

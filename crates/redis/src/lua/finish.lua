@@ -1,6 +1,8 @@
 -- complete / release: only the token that holds the live record may finish it.
--- KEYS and ARGV[1..4]: see common.lua. ARGV[5] = "complete" or "release", ARGV[6] = the token's
--- attempt, ARGV[7] = the token's nonce (16 hex digits).
+-- KEYS and ARGV[1..4]: see common.lua; KEYS[2] = the event's result key. ARGV[5] = "complete" or
+-- "release", ARGV[6] = the token's attempt, ARGV[7] = the token's nonce (16 hex digits),
+-- ARGV[8] = the result a completion keeps: "" (none), "s" (stored: ARGV[9] its bytes) or "w"
+-- (withheld: ARGV[9] its size), written with the completion (see common.lua).
 -- Returns {'completed', stream_failed} or {'released', stream_failed} (stream_failed is 1 when the
 -- source stream could not take the row, else 0), {'already_done'} when there was nothing to do
 -- (completing a done record), {'completed_claim'} when a release names a record its token
@@ -28,6 +30,9 @@ local function finish(KEYS, ARGV)
   end
   rec.state = 'c'
   rec.lease_until = nil
+  if ARGV[8] ~= '' then
+    redis.call('SET', KEYS[2], rec.nonce .. ARGV[8] .. ARGV[9], 'PXAT', ms(rec.expires_at))
+  end
   local failed = write(KEYS, ARGV, ev, ms(now), 'completed', true, ms(rec.attempt), '', rec.fp,
     encode_rec(ev, rec), '')
   return {'completed', flag(failed)}

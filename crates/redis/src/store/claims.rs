@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use idemgate_core::{
     ClaimMode, ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Key,
-    LateDuplicates, RecordState, StoreError, Timestamp,
+    LateDuplicates, RecordResult, RecordState, StoreError, Timestamp,
 };
 
-use super::record::{parse_history, parse_record};
+use super::record::{parse_history, parse_record, parse_result};
 use super::script::Call;
-use super::{RedisStore, ms};
+use super::{EventKeys, RedisStore, ms};
 use crate::error::RedisError;
 use crate::reply;
 
@@ -41,6 +41,7 @@ impl RedisStore {
                 "claim script",
                 &self.shared.scripts.claim,
                 &req.key,
+                EventKeys::Event,
                 |inv| {
                     inv.arg(mode)
                         .arg(&fingerprint)
@@ -120,20 +121,38 @@ impl RedisStore {
         Ok(outcome)
     }
 
+    /// Completes (`what` completed, the record keeping `result`) or releases (`what` released;
+    /// `result` ignored) the claim `token` holds.
     pub(super) async fn run_finish(
         &self,
         token: &ClaimToken,
         what: HistoryOutcome,
+        result: &RecordResult,
     ) -> Result<(), StoreError> {
         let (op, label) = match what {
             HistoryOutcome::Released => ("release", "release script"),
             _ => ("complete", "complete script"),
         };
         let nonce_hex = format!("{:016x}", token.nonce);
+        let (kind, kept): (&str, Vec<u8>) = match result {
+            RecordResult::None => ("", Vec::new()),
+            RecordResult::Stored(r) => ("s", r.encode()),
+            RecordResult::Withheld { size } => ("w", size.to_string().into_bytes()),
+        };
         let (reply, in_script): (redis::Value, bool) = self
-            .eval(label, &self.shared.scripts.finish, &token.key, |inv| {
-                inv.arg(op).arg(token.attempt).arg(&nonce_hex);
-            })
+            .eval(
+                label,
+                &self.shared.scripts.finish,
+                &token.key,
+                EventKeys::WithResult,
+                |inv| {
+                    inv.arg(op)
+                        .arg(token.attempt)
+                        .arg(&nonce_hex)
+                        .arg(kind)
+                        .arg(&kept);
+                },
+            )
             .await?;
         match reply::Finish::decode(reply)? {
             reply::Finish::Stale => Err(StoreError::StaleToken {
@@ -166,7 +185,7 @@ impl RedisStore {
     ) -> Result<Timestamp, StoreError> {
         let nonce_hex = format!("{:016x}", token.nonce);
         // No history row: the stream stays out of it.
-        let mut call = self.call(&token.key, false);
+        let mut call = self.call(&token.key, EventKeys::Event, false);
         call.arg(token.attempt).arg(&nonce_hex).arg(ms(lease));
         let scripts = &self.shared.scripts;
         let reply = scripts
@@ -189,18 +208,35 @@ impl RedisStore {
         let (retention, cap) = self.shared.history_args;
         let mut call = Call::default();
         call.key(self.shared.keys.event(key))
+            .key(self.shared.keys.result(key))
             .arg(retention)
             .arg(cap);
-        // r as stored (when live), the event's fingerprint g and holder o, the rows.
-        type Stored = (Option<String>, Option<String>, Option<String>, Vec<String>);
+        // r as stored (when live), the event's fingerprint g and holder o, the rows, and the
+        // result key's value (when the record is completed).
+        type Stored = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Vec<String>,
+            Option<Vec<u8>>,
+        );
         let scripts = &self.shared.scripts;
-        let (record, g, o, rows): Stored = scripts
+        let (record, g, o, rows, result): Stored = scripts
             .run(&self.conn, &scripts.lookup, &call)
             .await
             .map_err(RedisError::command("lookup script"))?;
         let (g, o) = (g.as_deref(), o.as_deref());
         let record = record
             .map(|r| parse_record(&r, g, o).ok_or_else(|| RedisError::reply("lookup script", r)))
+            .transpose()?
+            .map(|mut rec| {
+                if let Some(kept) = result {
+                    rec.result = parse_result(&kept, rec.nonce).ok_or_else(|| {
+                        RedisError::reply("lookup script", String::from_utf8_lossy(&kept))
+                    })?;
+                }
+                Ok::<_, RedisError>(rec)
+            })
             .transpose()?;
         let history = rows
             .into_iter()

@@ -109,6 +109,7 @@ impl RedisStore {
                             "abandon script",
                             &self.shared.scripts.abandon,
                             &key,
+                            super::EventKeys::Event,
                             |inv| {
                                 inv.arg(instance.as_str()).arg(boot);
                             },

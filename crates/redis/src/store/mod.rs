@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 use idemgate_core::advise::Observation;
 use idemgate_core::{
     Boot, BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView,
-    HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, SourceName,
-    Stats, StoreError, StoreStats, Timestamp, machine,
+    HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, RecordResult,
+    SourceName, Stats, StoreError, StoreStats, Timestamp, machine,
 };
 use redis::{FromRedisValue, Value};
 use tracing::{info, instrument, warn};
@@ -57,6 +57,15 @@ use crate::error::RedisError;
 use crate::keys::Keys;
 use crate::limiter::LogLimiter;
 use script::{Call, Operation, Scripts};
+
+/// Which of an event's keys an operation touches besides its hash (`lua/common.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EventKeys {
+    /// The event's hash alone.
+    Event,
+    /// The hash and the completed record's result key (`finish`, `lookup`).
+    WithResult,
+}
 
 /// The Redis store (store mode). Cheap to clone: clones share one multiplexed connection.
 #[derive(Debug, Clone)]
@@ -187,11 +196,12 @@ impl RedisStore {
         label: &'static str,
         op: &Operation,
         key: &Key,
+        keys: EventKeys,
         add: impl Fn(&mut Call),
     ) -> Result<(T, bool), RedisError> {
         loop {
             let in_script = self.shared.stream_in_script.load(Ordering::Relaxed);
-            let mut call = self.call(key, in_script);
+            let mut call = self.call(key, keys, in_script);
             add(&mut call);
             match self.shared.scripts.run(&self.conn, op, &call).await {
                 Ok(answer) => return Ok((answer, in_script)),
@@ -207,12 +217,17 @@ impl RedisStore {
         }
     }
 
-    /// A call on `key`'s event, with the arguments every operation takes (see `lua/common.lua`).
-    fn call(&self, key: &Key, stream: bool) -> Call {
+    /// A call on `key`'s event, with the arguments every operation takes (see `lua/common.lua`):
+    /// the event's key, then its result key when `keys` says so, then the source's stream when
+    /// `stream` says so (and the store keeps one).
+    fn call(&self, key: &Key, keys: EventKeys, stream: bool) -> Call {
         let s = &self.shared;
         let (retention, cap) = s.history_args;
         let mut call = Call::default();
         call.key(s.keys.event(key)).arg(retention).arg(cap);
+        if keys == EventKeys::WithResult {
+            call.key(s.keys.result(key));
+        }
         match s.cfg.source_stream_maxlen {
             Some(maxlen) if stream => {
                 call.key(s.keys.stream(&key.source))
@@ -279,12 +294,24 @@ impl ClaimStore for RedisStore {
 
     #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        self.run_finish(token, HistoryOutcome::Completed).await
+        self.run_finish(token, HistoryOutcome::Completed, &RecordResult::None)
+            .await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source, result = result.name()))]
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.run_finish(token, HistoryOutcome::Completed, &result)
+            .await
     }
 
     #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
     async fn release(&self, token: &ClaimToken) -> Result<(), StoreError> {
-        self.run_finish(token, HistoryOutcome::Released).await
+        self.run_finish(token, HistoryOutcome::Released, &RecordResult::None)
+            .await
     }
 
     #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]

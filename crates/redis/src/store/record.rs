@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use idemgate_core::{
-    Fingerprint, HistoryEntry, HistoryOutcome, Holder, InstanceName, Record, RecordState, Timestamp,
+    Fingerprint, HistoryEntry, HistoryOutcome, Holder, InstanceName, Record, RecordResult,
+    RecordState, StoredResult, Timestamp,
 };
 
 /// A stored fingerprint: empty for none, `=` for the event's own (`g`), else 64 hex digits.
@@ -60,6 +61,31 @@ pub(super) fn parse_record(text: &str, g: Option<&str>, o: Option<&str>) -> Opti
         expires_at,
         holder,
         completed,
+        // Beside the record, under its own key (`parse_result`).
+        result: RecordResult::None,
+    })
+}
+
+/// A result key's value (see `lua/common.lua`): the nonce of the record it was written for
+/// (16 hex digits), then `s` and the stored result's bytes, or `w` and a withheld result's
+/// decimal size. A value written for another record (an earlier one of the key, whose key has not
+/// expired yet at the very millisecond it could) is no result of `nonce`'s record:
+/// [`RecordResult::None`]. `None` for a value that is not in that layout.
+pub(super) fn parse_result(value: &[u8], nonce: u64) -> Option<RecordResult> {
+    let (tag, rest) = value.split_at_checked(16)?;
+    let owner = u64::from_str_radix(std::str::from_utf8(tag).ok()?, 16).ok()?;
+    let (kind, kept) = rest.split_first()?;
+    let result = match kind {
+        b's' => RecordResult::Stored(StoredResult::decode(kept).ok()?),
+        b'w' => RecordResult::Withheld {
+            size: std::str::from_utf8(kept).ok()?.parse().ok()?,
+        },
+        _ => return None,
+    };
+    Some(if owner == nonce {
+        result
+    } else {
+        RecordResult::None
     })
 }
 
@@ -146,6 +172,33 @@ mod tests {
         assert_eq!((row.attempt, row.gap, row.processed), (Some(1), None, true));
         assert!(parse_history("nope|0|1|2000||", None).is_none());
         assert!(parse_history("claimed|2|1|2000||", None).is_none());
+    }
+
+    #[test]
+    fn a_result_reads_only_as_its_own_records() {
+        let result = StoredResult::new(201).body(b"paid".to_vec());
+        let mut value = b"00000000deadbeefs".to_vec();
+        value.extend_from_slice(&result.encode());
+        assert_eq!(
+            parse_result(&value, 0xdead_beef),
+            Some(RecordResult::Stored(result))
+        );
+        // Written for an earlier record of the key: not this one's.
+        assert_eq!(parse_result(&value, 0xdead_beee), Some(RecordResult::None));
+        assert_eq!(
+            parse_result(b"00000000deadbeefw70000", 0xdead_beef),
+            Some(RecordResult::Withheld { size: 70_000 })
+        );
+        for bad in [
+            &b""[..],
+            b"00000000deadbeef",
+            b"00000000deadbeefx1",
+            b"00000000deadbeefwlots",
+            b"00000000deadbeefs",
+            b"zz000000deadbeefw1",
+        ] {
+            assert_eq!(parse_result(bad, 0xdead_beef), None, "{bad:?}");
+        }
     }
 
     /// The layout that keeps every value within a listpack's 64 bytes: the fingerprint in `g`

@@ -12,6 +12,9 @@
 //!   margin covers). Processing records, in-flight answers and conflicts are never cached.
 //! - **complete**: the inner store only; the first duplicate after it fills the cache (filling
 //!   at completion would cost a SQL read for every event, most of which never see a duplicate).
+//!   A completion's result ([`ClaimStore::complete_with`]) is written to the inner store alone,
+//!   in its completion, and never cached: a duplicate answered from Redis carries no result, and
+//!   whoever wants the result reads it through **lookup**, from the inner store.
 //! - **release**: first a tombstone replaces the cache entry (so a read-through that read the
 //!   record before the release cannot cache it after), then the inner store deletes the record.
 //!   When Redis cannot take the tombstone, a record that is not done is released anyway (it was
@@ -62,8 +65,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, RecordState,
-    StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, RecordResult,
+    RecordState, StoreError, Timestamp,
 };
 use redis::{AsyncCommands, Script, TlsCertificates};
 use tracing::{instrument, warn};
@@ -333,6 +336,20 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
     #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
     async fn complete(&self, token: &ClaimToken) -> Result<(), StoreError> {
         self.inner.complete(token).await
+    }
+
+    /// The inner store only, as `complete`. Results are never cached: a duplicate answered
+    /// from Redis carries none, and its result is read from the inner store ([`lookup`]), so
+    /// the tier can never answer a result the inner store does not have.
+    ///
+    /// [`lookup`]: ClaimStore::lookup
+    #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
+    async fn complete_keeping(
+        &self,
+        token: &ClaimToken,
+        result: RecordResult,
+    ) -> Result<(), StoreError> {
+        self.inner.complete_keeping(token, result).await
     }
 
     #[instrument(level = "debug", skip_all, fields(source = %token.key.source))]
