@@ -127,6 +127,19 @@ async fn exercise(store: &PgStore) {
     assert!(matches!(dup, ClaimOutcome::Duplicate { .. }), "{dup:?}");
     assert!(store.lookup(&k).await.unwrap().record.is_some());
 
+    // A completion keeping its result (complete_keeping), and the lookup that reads it back.
+    let k = key("plans");
+    let t = token(store.claim(req(&k, lease, hour)).await.unwrap());
+    let result = idemgate_core::StoredResult::new(201).body(vec![7; 4_096]);
+    store
+        .complete_with(&t, &result, idemgate_core::RESULT_LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.lookup(&k).await.unwrap().record.unwrap().result,
+        idemgate_core::RecordResult::Stored(result)
+    );
+
     // Batches: many claims at once, half of them of keys already claimed.
     let keys: Vec<Key> = (0..48).map(|_| key("plans")).collect();
     let firsts = at_once(store, keys.clone(), move |s, k| async move {
