@@ -39,18 +39,37 @@ pub(crate) fn client(tls: &ClientTls) -> Result<Client, TlsError> {
     Ok(with_config(tls.config()?))
 }
 
+/// As [`client`], sending streamed bodies (the sidecar's proxy).
+pub(crate) fn streaming_client(tls: &ClientTls) -> Result<crate::sidecar::ProxyClient, TlsError> {
+    Ok(with_config(tls.config()?))
+}
+
+/// As [`http_client`], sending streamed bodies.
+pub(crate) fn streaming_http_client() -> crate::sidecar::ProxyClient {
+    with_config(no_roots())
+}
+
 /// A client for `http://` URLs only (an `https://` one is refused: it trusts no authority), for
 /// sources that never speak TLS, so they need no trusted authorities on the machine.
 pub(crate) fn http_client() -> Client {
-    let config = rustls::ClientConfig::builder_with_provider(idemgate_tls::provider())
+    with_config(no_roots())
+}
+
+fn no_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(idemgate_tls::provider())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions")
         .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    with_config(config)
+        .with_no_client_auth()
 }
 
-fn with_config(mut config: rustls::ClientConfig) -> Client {
+fn with_config<B>(
+    mut config: rustls::ClientConfig,
+) -> hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, B>
+where
+    B: http_body::Body + Send,
+    B::Data: Send,
+{
     // The gateway speaks HTTP/1.1 only; saying so lets a server that also speaks h2 pick right.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let mut http = HttpConnector::new();

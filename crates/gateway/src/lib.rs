@@ -72,6 +72,7 @@ mod openapi;
 mod path;
 mod process;
 mod server;
+mod sidecar;
 mod state;
 mod target;
 mod tasks;

@@ -317,7 +317,11 @@ async fn heartbeat(
     let every = lease / 4;
     let renewal = &*renewal;
     let mut pause = every;
-    let last = || renewal.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let last = || {
+        renewal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
     loop {
         tokio::select! {
             () = stop.cancelled() => return None,
@@ -396,6 +400,22 @@ pub async fn serve_on(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // The apis' listeners first: one that cannot be bound stops the start before anything runs.
+    let mut api_listeners = Vec::new();
+    for api in &state.apis {
+        let listener = TcpListener::bind(api.listen.as_str()).await.map_err(|e| {
+            StartError::Serve(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen on api {:?}'s listen {}: {e}",
+                    api.rules.source().as_str(),
+                    api.listen
+                ),
+            ))
+        })?;
+        tracing::info!(api = %api.rules.source(), listen = %api.listen, "the api's sidecar listens");
+        api_listeners.push((listener, Arc::clone(api)));
+    }
     let cancel = CancellationToken::new();
     let superseded = CancellationToken::new();
     let heartbeat = spawn_heartbeat(
@@ -430,6 +450,23 @@ pub async fn serve_on(
     let dispatchers = crate::dispatch::spawn(&state, &dispatching);
     // One stop for every listener.
     let stop = CancellationToken::new();
+    // Each `[[api]]` on its own listener, stopped with the others.
+    let mut sidecars = Vec::new();
+    for (listener, api) in api_listeners {
+        let (state, stop) = (state.clone(), stop.clone());
+        sidecars.push(tokio::spawn(async move {
+            let cap = state.limits.connection_cap();
+            accept_loop(
+                listener,
+                crate::sidecar::router(state.clone(), api),
+                &state,
+                cap,
+                false,
+                stop.cancelled_owned(),
+            )
+            .await
+        }));
+    }
     tokio::spawn({
         let stop = stop.clone();
         async move {
@@ -444,6 +481,7 @@ pub async fn serve_on(
                 app(state.clone()),
                 &state,
                 state.limits.connection_cap(),
+                true,
                 stop.clone().cancelled_owned(),
             )
             .await
@@ -455,6 +493,7 @@ pub async fn serve_on(
                     crate::router(state.clone(), crate::Routes::Public),
                     &state,
                     state.limits.connection_cap(),
+                    true,
                     stop.clone().cancelled_owned(),
                 ),
                 accept_loop(
@@ -462,12 +501,18 @@ pub async fn serve_on(
                     crate::router(state.clone(), crate::Routes::Admin),
                     &state,
                     ADMIN_CONNECTIONS,
+                    true,
                     stop.clone().cancelled_owned(),
                 ),
             );
             public.and(admin)
         }
     };
+    for sidecar in sidecars {
+        if let Ok(Err(e)) = sidecar.await {
+            tracing::error!(error = %ErrorChain(&e), "an api's sidecar stopped with an error");
+        }
+    }
     settle_forwards(&state).await;
     // The inbox: stop taking, let deliveries in flight finish within the grace; the rest stays
     // queued.
@@ -585,6 +630,7 @@ async fn accept_loop(
     app: Router,
     state: &AppState,
     cap: usize,
+    own_answers: bool,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     use hyper_util::rt::{TokioIo, TokioTimer};
@@ -632,16 +678,28 @@ async fn accept_loop(
                     limits.header_timeout
                 };
                 let open = state.metrics.connection_opened();
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(header_timeout)
-                    .serve_connection(TokioIo::new(problem_io::ProblemIo::new(stream)), service);
-                let conn = graceful.watch(conn);
-                connections.spawn(async move {
-                    let _slot = slot;
-                    let _open = open;
-                    let _ = conn.await;
-                });
+                let mut http1 = hyper::server::conn::http1::Builder::new();
+                http1.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                // The gateway's routes: hyper's own error answers are made into idemgate's. A
+                // sidecar's answers are its upstream's, passed on as they are.
+                if own_answers {
+                    let conn = graceful.watch(http1.serve_connection(
+                        TokioIo::new(problem_io::ProblemIo::new(stream)),
+                        service,
+                    ));
+                    connections.spawn(async move {
+                        let _slot = slot;
+                        let _open = open;
+                        let _ = conn.await;
+                    });
+                } else {
+                    let conn = graceful.watch(http1.serve_connection(TokioIo::new(stream), service));
+                    connections.spawn(async move {
+                        let _slot = slot;
+                        let _open = open;
+                        let _ = conn.await;
+                    });
+                }
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut shutdown => break,

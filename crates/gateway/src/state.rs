@@ -107,6 +107,8 @@ pub struct AppState(Arc<Inner>);
 #[derive(Debug)]
 pub struct Inner {
     pub sources: HashMap<String, Source>,
+    /// `[[api]]`: the sidecar's APIs, each served on its own listener.
+    pub(crate) apis: Vec<Arc<crate::sidecar::Api>>,
     /// Claims, the work around them, and the retries of what the store did not take at once.
     pub dedup: Dedup,
     /// The store beneath (the same as the `dedup`'s).
@@ -173,9 +175,10 @@ impl Counted {
     }
 }
 
-/// Every configured source with its verifier, built once from the configuration.
+/// Every configured source with its verifier, and every `[[api]]` with its rules and client,
+/// built once from the configuration.
 #[derive(Debug)]
-pub struct Sources(HashMap<String, Source>);
+pub struct Sources(HashMap<String, Source>, Vec<Arc<crate::sidecar::Api>>);
 
 impl Sources {
     /// Builds each source's TTL policy, verifier, forward target and the client that sends to
@@ -196,7 +199,21 @@ impl Sources {
             }
             sources.insert(sc.name.clone(), source);
         }
-        Ok(Self(sources))
+        let mut apis = Vec::new();
+        for api in &config.apis {
+            let policy = api.policy()?;
+            let built = crate::sidecar::Api::new(policy).map_err(|e| {
+                api.invalid(
+                    "upstream",
+                    format!(
+                        "cannot make its HTTPS client: {}",
+                        idemgate_tls::explain(&e)
+                    ),
+                )
+            })?;
+            apis.push(Arc::new(built));
+        }
+        Ok(Self(sources, apis))
     }
 
     /// The source named `name`.
@@ -238,7 +255,7 @@ impl AppState {
         store: AnyStore,
         holder: Option<Holder>,
     ) -> Self {
-        let sources = sources.0;
+        let Sources(sources, apis) = sources;
         let metrics = Arc::new(Metrics::default());
         let mut dedup = Dedup::builder(store.clone()).on_claim({
             let metrics = metrics.clone();
@@ -261,6 +278,7 @@ impl AppState {
                 .map(crate::archiving::Archiving::new),
             body_budget: crate::budget::BodyBudget::new(config.limits.body_budget(&config.sources)),
             sources,
+            apis,
             dedup: dedup.build(),
             store,
             metrics,

@@ -172,6 +172,10 @@ impl Config {
             ConfigError::ReasonWithoutOverride { name } => source(name, "ttl_override_reason"),
             ConfigError::Invalid { name, key, .. } => source(name, key),
             ConfigError::Global { key, .. } => Some(key.split('.').map(str::to_owned).collect()),
+            ConfigError::Api { name, key, .. } => {
+                let index = self.apis.iter().position(|a| &a.name == name)?;
+                Some(vec!["api".to_owned(), index.to_string(), (*key).to_owned()])
+            }
             ConfigError::Policy(_)
             | ConfigError::Parse(_)
             | ConfigError::At { .. }

@@ -17,6 +17,7 @@ use idemgate_core::{ClaimMode, InstanceName, KeyError, LateDuplicates, SourceNam
 use idemgate_providers::Provider;
 use serde::Deserialize;
 
+mod api;
 mod load;
 mod report;
 mod tls;
@@ -24,6 +25,7 @@ pub(crate) mod token;
 mod validate;
 mod verifier;
 
+pub use api::{ApiConfig, ApiPolicy};
 pub use tls::SourceTls;
 pub use token::{ApiToken, Scope};
 pub use verifier::verifier;
@@ -64,6 +66,13 @@ pub enum ConfigError {
     },
     #[error("{key}: {why}")]
     Global { key: &'static str, why: String },
+    /// An `[[api]]` key that cannot be used.
+    #[error("api {name:?}: {key}: {why}")]
+    Api {
+        name: String,
+        key: &'static str,
+        why: String,
+    },
     /// A validation error, with where the key at fault is written.
     #[error("{file} (line {line}): {error}")]
     At {
@@ -143,6 +152,10 @@ pub struct Config {
     pub limits: Limits,
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceConfig>,
+    /// `[[api]]`: the gateway as a sidecar in front of HTTP APIs of your own, applying the
+    /// `Idempotency-Key` rules to the routes each names.
+    #[serde(default, rename = "api")]
+    pub apis: Vec<ApiConfig>,
 }
 
 /// `[history]`: what happens to history beyond the store's own retention.

@@ -242,6 +242,35 @@ impl Config {
                 });
             }
         }
+        for api in &self.apis {
+            if let Err(e) = api.policy() {
+                problems.push(e);
+            }
+            if !seen.insert(api.name.as_str()) {
+                problems.push(api.invalid(
+                    "name",
+                    "is the name of a source or of another api: each keeps its keys under its own name",
+                ));
+            }
+            let taken = std::iter::once(("listen", &self.listen))
+                .chain(self.admin_listen.iter().map(|a| ("admin_listen", a)))
+                .chain(
+                    self.apis
+                        .iter()
+                        .take_while(|other| !std::ptr::eq(*other, api))
+                        .map(|other| ("another api's listen", &other.listen)),
+                )
+                .find(|(_, addr)| **addr == api.listen);
+            if let Some((what, _)) = taken {
+                problems.push(api.invalid(
+                    "listen",
+                    format!(
+                        "{} is also {what}: an api listens on an address of its own",
+                        api.listen
+                    ),
+                ));
+            }
+        }
         for source in &self.sources {
             // A forward settles itself whatever its request's fate, but a sender whose request
             // times out first hears 408 and retries into `in_flight`: the forward must fit in it.

@@ -5,10 +5,20 @@
 //!
 //! - [`request`]: what a keyed request is made of: its [`IdempotencyKey`], the [`Route`] it
 //!   matched, the [`Principal`] its keys belong to, its [`fingerprint`](request::fingerprint).
+//! - [`rules`]: [`KeyRules`], which requests are keyed and how their keys are kept, and every
+//!   answer of idemgate's own ([`Refusal`]).
+//! - [`run`]: one keyed request from its claim to its answer ([`run::answer`]).
+//! - [`IdempotencyKeyLayer`]: the rules around any tower service.
 
 pub mod request;
+pub mod rules;
+pub mod run;
 
+mod layer;
+
+pub use layer::{IdempotencyKey as IdempotencyKeyService, IdempotencyKeyLayer};
 pub use request::{
     HEADER, IdempotencyKey, KeyProblem, MAX_KEY_LEN, Principal, PrincipalProblem, REPLAYED, Route,
     RouteProblem,
 };
+pub use rules::{Admission, KeyRules, Keyed, Refusal, ReleaseOn, replay};

@@ -157,7 +157,8 @@ pub enum KeyProblem {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route {
     method: Method,
-    segments: Vec<Segment>,
+    /// `None`: every path ([`Route::any`]).
+    segments: Option<Vec<Segment>>,
     text: String,
 }
 
@@ -176,8 +177,11 @@ impl Route {
         let Some(rest) = path.strip_prefix('/') else {
             return false;
         };
+        let Some(segments) = &self.segments else {
+            return true;
+        };
         let mut parts = rest.split('/');
-        for segment in &self.segments {
+        for segment in segments {
             match (segment, parts.next()) {
                 (Segment::Any, Some(part)) if !part.is_empty() => {}
                 (Segment::Literal(lit), Some(part)) if lit == part => {}
@@ -185,6 +189,15 @@ impl Route {
             }
         }
         parts.next().is_none()
+    }
+
+    /// Every path of `method`: `POST *`.
+    pub fn any(method: Method) -> Self {
+        Self {
+            text: format!("{method} *"),
+            method,
+            segments: None,
+        }
     }
 
     /// The route as written: `POST /payments`.
@@ -244,7 +257,7 @@ impl FromStr for Route {
         }
         Ok(Self {
             method,
-            segments,
+            segments: Some(segments),
             text: text.to_owned(),
         })
     }
