@@ -116,7 +116,20 @@ pub(crate) async fn check(args: CheckArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if config.sources.is_empty() {
+    for api in &config.apis {
+        if let Ok(policy) = api.policy() {
+            let routes: Vec<_> = api.routes.iter().map(String::as_str).collect();
+            outln!(
+                "  api       {}: {} -> {} (keys kept {}; keyed: {})",
+                api.name,
+                api.listen,
+                policy.upstream,
+                idemgate_core::Human(policy.rules.ttl()),
+                routes.join(", ")
+            );
+        }
+    }
+    if config.sources.is_empty() && config.apis.is_empty() {
         outln!("  no sources: nothing can be received");
     }
 

@@ -324,6 +324,62 @@ pub(crate) async fn stats(args: &StoreArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A request to an `[[api]]`, as `lookup --idempotency-key` names it.
+pub(crate) struct Keyed<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) route: Option<&'a str>,
+    pub(crate) principal: Option<&'a str>,
+}
+
+/// The event id a keyed request was claimed under: its key within its scope (principal, route),
+/// for the route given or, found in the store, for one of the api's routes.
+pub(crate) async fn keyed_event_id(
+    args: &StoreArgs,
+    api: &SourceName,
+    keyed: &Keyed<'_>,
+) -> anyhow::Result<EventId> {
+    use idemgate::idempotency_key::{IdempotencyKey, Principal, Route, request::event_id};
+    let key: IdempotencyKey =
+        keyed
+            .key
+            .parse()
+            .map_err(|e: idemgate::idempotency_key::KeyProblem| {
+                Usage(format!("--idempotency-key: {e}"))
+            })?;
+    let principal = keyed
+        .principal
+        .map_or_else(String::new, |p| Principal::digest(p.as_bytes()));
+    let routes: Vec<String> = match keyed.route {
+        Some(route) => vec![route.to_owned()],
+        None => {
+            let config = config(args, None)?;
+            let found = config.apis.iter().find(|a| a.name == api.as_str()).ok_or_else(|| {
+                Usage(format!(
+                    "no [[api]] named {api:?} in the config: give --config FILE, or the route with --route \"POST /payments\""
+                ))
+            })?;
+            found.routes.clone()
+        }
+    };
+    let mut ids = Vec::new();
+    for route in &routes {
+        let route: Route = route
+            .parse()
+            .map_err(|e: idemgate::idempotency_key::RouteProblem| Usage(format!("--route: {e}")))?;
+        ids.push(EventId::new(event_id(&principal, &route, &key))?);
+    }
+    if ids.len() > 1 {
+        let (store, _) = open(args, None).await?;
+        for id in &ids {
+            let view = store.lookup(&Key::new(api.clone(), id.clone())).await?;
+            if view.record.is_some() || !view.history.is_empty() {
+                return Ok(id.clone());
+            }
+        }
+    }
+    Ok(ids.swap_remove(0))
+}
+
 pub(crate) async fn lookup(
     args: &StoreArgs,
     source: SourceName,

@@ -109,8 +109,20 @@ enum Command {
         #[arg(value_parser = parse_source)]
         source: SourceName,
         /// The event id.
-        #[arg(value_parser = parse_event_id)]
-        event_id: EventId,
+        #[arg(value_parser = parse_event_id, required_unless_present = "idempotency_key")]
+        event_id: Option<EventId>,
+        /// Look up a request to an `[[api]]` (SOURCE is the api's name) by the Idempotency-Key
+        /// its client sent, instead of an event id.
+        #[arg(long, conflicts_with = "event_id")]
+        idempotency_key: Option<String>,
+        /// With --idempotency-key: the route it was sent to ("POST /payments") [default: each
+        /// of the api's routes in --config].
+        #[arg(long, requires = "idempotency_key")]
+        route: Option<String>,
+        /// With --idempotency-key: the value of the header that names the key's principal (the
+        /// whole `Authorization` value for `principal = "bearer"`) [default: none].
+        #[arg(long, requires = "idempotency_key")]
+        principal: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -317,9 +329,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         store,
                         source,
                         event_id,
+                        idempotency_key,
+                        route,
+                        principal,
                         json,
                         archive,
-                    } => data::lookup(&store, source, event_id, json, archive.as_deref()).await,
+                    } => {
+                        let event_id = match (event_id, idempotency_key) {
+                            (Some(id), _) => id,
+                            (None, Some(key)) => {
+                                let keyed = data::Keyed {
+                                    key: &key,
+                                    route: route.as_deref(),
+                                    principal: principal.as_deref(),
+                                };
+                                data::keyed_event_id(&store, &source, &keyed).await?
+                            }
+                            (None, None) => unreachable!("clap requires one"),
+                        };
+                        data::lookup(&store, source, event_id, json, archive.as_deref()).await
+                    }
                     Command::Ttl(_) | Command::Providers { .. } | Command::Completions { .. } => {
                         unreachable!("handled above")
                     }

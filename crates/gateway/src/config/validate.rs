@@ -180,7 +180,7 @@ impl Config {
     /// documents sending. `serve` logs them at start, `check` prints them.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.sources.is_empty() {
+        if self.sources.is_empty() && self.apis.is_empty() {
             out.push(
                 "no sources are configured: every delivery will be refused 404; add a [[source]] table (see idemgate.example.toml)"
                     .to_owned(),

@@ -308,7 +308,7 @@ impl Principal {
         };
         let mut values = headers.get_all(name).iter();
         match (values.next(), values.next()) {
-            (Some(value), None) => Ok(hex16(&Sha256::digest(value.as_bytes()))),
+            (Some(value), None) => Ok(Self::digest(value.as_bytes())),
             (None, _) => Err(PrincipalProblem {
                 header: name.as_str().to_owned(),
                 why: "absent",
@@ -318,6 +318,14 @@ impl Principal {
                 why: "sent more than once",
             }),
         }
+    }
+}
+
+impl Principal {
+    /// What [`Principal::of`] makes of the value of the header that names the principal (the
+    /// whole `Authorization` value for [`Principal::Bearer`]): a digest, never the value.
+    pub fn digest(value: &[u8]) -> String {
+        hex16(&Sha256::digest(value))
     }
 }
 
