@@ -307,6 +307,37 @@ impl AppState {
             })
     }
 
+    /// The name of the configured source or `[[api]]` called `name`: what the dashboard shows
+    /// events of.
+    ///
+    /// # Errors
+    /// [`AppError::UnknownSource`].
+    pub(crate) fn known_name(&self, name: &str) -> Result<idemgate_core::SourceName, AppError> {
+        if let Some(src) = self.sources.get(name) {
+            return Ok(src.name.clone());
+        }
+        self.apis
+            .iter()
+            .map(|a| a.rules.source())
+            .find(|s| s.as_str() == name)
+            .cloned()
+            .ok_or_else(|| AppError::UnknownSource {
+                name: name.chars().take(64).collect(),
+            })
+    }
+
+    /// Every configured source's and `[[api]]`'s name, sorted.
+    pub(crate) fn known_names(&self) -> Vec<&idemgate_core::SourceName> {
+        let mut names: Vec<_> = self
+            .sources
+            .values()
+            .map(|s| &s.name)
+            .chain(self.apis.iter().map(|a| a.rules.source()))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// This process's instance and boot, when it registered one ([`crate::open`]).
     pub fn holder(&self) -> Option<&Holder> {
         self.holder.as_ref()

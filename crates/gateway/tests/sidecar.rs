@@ -126,6 +126,22 @@ async fn a_keyed_request_reaches_the_api_once_and_its_retries_get_its_response()
         (400, "missing_idempotency_key")
     );
     assert_eq!(api.created("pay-1"), 1);
+    // On the dashboard like a source: its latest events, and the key's page.
+    let page = gw.get("/dashboard").await.unwrap();
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("payments"));
+    let route = "POST /payments".parse().unwrap();
+    let id = idemgate::idempotency_key::request::event_id("", &route, &"pay-1".parse().unwrap());
+    let event = gw
+        .get(&format!("/dashboard/events/payments/{id}"))
+        .await
+        .unwrap();
+    let html = String::from_utf8_lossy(&event.body);
+    assert_eq!(event.status, 200, "{html}");
+    assert!(
+        html.contains("completed") && html.contains("duplicate"),
+        "{html}"
+    );
     // Counted per api, like a source's deliveries.
     let metrics = gw.get("/metrics").await.unwrap();
     let text = String::from_utf8_lossy(&metrics.body);

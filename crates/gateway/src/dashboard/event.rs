@@ -45,8 +45,11 @@ pub(crate) fn render(
     let report = EventReport::new(view, queued);
     let source = view.key.source.as_str();
     let event_id = view.key.event_id.as_str();
-    let mut names: Vec<&str> = state.sources.keys().map(String::as_str).collect();
-    names.sort_unstable();
+    let names: Vec<&str> = state
+        .known_names()
+        .into_iter()
+        .map(|n| n.as_str())
+        .collect();
     let mut b = String::with_capacity(8 * 1024);
     b.push_str(
         "<header>\n<div class=\"bar\"><h1><a href=\"/dashboard\">idemgate</a>: event</h1></div>\n",

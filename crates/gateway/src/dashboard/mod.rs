@@ -414,8 +414,8 @@ async fn gather(state: &AppState, refresh: bool) -> Overview {
     );
     let tier = state.tier_counts();
     let sweeps = state.dashboard.sweeps();
-    let mut names: Vec<&SourceName> = state.sources.values().map(|s| &s.name).collect();
-    names.sort();
+    // The sources, and the apis: their keyed requests are events too.
+    let names = state.known_names();
     let mut deliveries = Vec::new();
     let mut counters = Vec::new();
     let mut recent = Vec::new();
@@ -527,12 +527,12 @@ async fn lookup(
     ),
     AppError,
 > {
-    let src = state.source(source)?;
+    let name = state.known_name(source)?;
     let event_id = EventId::new(event_id).map_err(|e| AppError::BadRequest {
         kind: Outcome::InvalidEventId,
         detail: e.to_string(),
     })?;
-    let key = Key::new(src.name.clone(), event_id);
+    let key = Key::new(name, event_id);
     let view = state.store.lookup(&key).await?;
     let queued = state.store.queue_of(&key).await?;
     Ok((view, queued))
@@ -547,7 +547,7 @@ pub(crate) async fn search(State(state): State<AppState>, req: Request) -> Respo
     let source = query.source.unwrap_or_default();
     let event_id = query.event_id.unwrap_or_default();
     let (source, event_id) = (source.trim(), event_id.trim());
-    if let Err(e) = state.source(source) {
+    if let Err(e) = state.known_name(source) {
         return e.into_response();
     }
     if let Err(e) = EventId::new(event_id) {

@@ -40,8 +40,11 @@ fn human(d: Duration) -> String {
 
 pub(crate) fn render(o: &Overview, state: &AppState) -> String {
     let mut b = String::with_capacity(64 * 1024);
-    let mut names: Vec<&str> = state.sources.keys().map(String::as_str).collect();
-    names.sort_unstable();
+    let names: Vec<&str> = state
+        .known_names()
+        .into_iter()
+        .map(|n| n.as_str())
+        .collect();
     b.push_str("<header>\n<div class=\"bar\"><h1>idemgate</h1>");
     let _ = write!(
         b,
