@@ -21,6 +21,12 @@ impl SourceConfig {
     pub fn policy(&self, index: usize) -> Result<SourcePolicy, ConfigError> {
         let name = SourceName::new(self.name.clone())
             .map_err(|source| ConfigError::SourceName { index, source })?;
+        if self.provider == "custom" {
+            return Err(self.invalid(
+                "provider",
+                "\"custom\" is the preset of a sender of your own, not a provider: write provider = \"generic-hmac\" (it signs with an HMAC) or \"none\" (it sends a bearer token), and give the sender's retry_window",
+            ));
+        }
         let Some(provider) = self.kind() else {
             return Err(ConfigError::UnknownProvider {
                 name: self.name.clone(),
