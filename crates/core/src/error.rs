@@ -1,6 +1,7 @@
 //! [`StoreError`]: why a store operation failed, shared by the store traits and the sweeper.
 
 use crate::key::Key;
+use crate::result::RecordResult;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -90,5 +91,55 @@ impl StoreError {
             context: context.into(),
             source: source.into(),
         }
+    }
+}
+
+impl crate::result::StoredResult {
+    /// What [`ClaimStore::complete_with`](crate::ClaimStore::complete_with) keeps of it under
+    /// `limit`, and what it answers once the completion is written: the result itself, or, when
+    /// its size is over `limit`, only its size and [`StoreError::ResultTooLarge`].
+    pub fn judge(&self, key: &Key, limit: usize) -> (RecordResult, Result<(), StoreError>) {
+        let size = self.size();
+        if size > limit {
+            (
+                RecordResult::Withheld { size },
+                Err(StoreError::ResultTooLarge {
+                    key: key.clone(),
+                    size,
+                    limit,
+                }),
+            )
+        } else {
+            (RecordResult::Stored(self.clone()), Ok(()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+    use crate::result::StoredResult;
+
+    fn sample() -> StoredResult {
+        StoredResult::new(201)
+            .header("content-type", "application/json")
+            .body(b"{}".to_vec())
+    }
+
+    #[test]
+    fn a_result_over_the_limit_keeps_only_its_size() {
+        let key = Key::parse("api", "k").unwrap();
+        let r = sample();
+        let (kept, answer) = r.judge(&key, r.size());
+        assert_eq!(
+            (kept, answer.is_ok()),
+            (RecordResult::Stored(r.clone()), true)
+        );
+        let (kept, answer) = r.judge(&key, r.size() - 1);
+        assert_eq!(kept, RecordResult::Withheld { size: r.size() });
+        assert!(
+            matches!(answer, Err(StoreError::ResultTooLarge { size, limit, .. }) if size == r.size() && limit == r.size() - 1),
+            "{answer:?}"
+        );
     }
 }

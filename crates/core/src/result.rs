@@ -10,12 +10,10 @@
 //! A result larger than the caller's limit ([`RESULT_LIMIT`] by default) is not stored: the claim
 //! is completed all the same, the record keeps only the result's size
 //! ([`RecordResult::Withheld`]), and the completion answers
-//! [`StoreError::ResultTooLarge`](crate::StoreError::ResultTooLarge).
+//! [`StoreError::ResultTooLarge`](crate::StoreError::ResultTooLarge) (`StoredResult::judge`, beside
+//! the error).
 
 use std::fmt;
-
-use crate::key::Key;
-use crate::store::StoreError;
 
 /// The default limit of a stored result's [`size`](StoredResult::size): 64 KiB.
 pub const RESULT_LIMIT: usize = 64 * 1024;
@@ -70,25 +68,6 @@ impl StoredResult {
             .fold(FIXED + self.body.len(), |n, (k, v)| {
                 n.saturating_add(PER_HEADER + k.len() + v.len())
             })
-    }
-
-    /// What [`ClaimStore::complete_with`](crate::ClaimStore::complete_with) keeps of it under
-    /// `limit`, and what it answers once the completion is written: the result itself, or, when
-    /// its size is over `limit`, only its size and [`StoreError::ResultTooLarge`].
-    pub fn judge(&self, key: &Key, limit: usize) -> (RecordResult, Result<(), StoreError>) {
-        let size = self.size();
-        if size > limit {
-            (
-                RecordResult::Withheld { size },
-                Err(StoreError::ResultTooLarge {
-                    key: key.clone(),
-                    size,
-                    limit,
-                }),
-            )
-        } else {
-            (RecordResult::Stored(self.clone()), Ok(()))
-        }
     }
 
     /// The layout every engine stores: version 1, the status (2 bytes), the number of headers
@@ -251,22 +230,5 @@ mod tests {
         assert_eq!(StoredResult::decode(&bad), Err(UnreadableResult));
         bad[11] = b'a';
         assert!(StoredResult::decode(&bad).is_ok());
-    }
-
-    #[test]
-    fn a_result_over_the_limit_keeps_only_its_size() {
-        let key = Key::parse("api", "k").unwrap();
-        let r = sample();
-        let (kept, answer) = r.judge(&key, r.size());
-        assert_eq!(
-            (kept, answer.is_ok()),
-            (RecordResult::Stored(r.clone()), true)
-        );
-        let (kept, answer) = r.judge(&key, r.size() - 1);
-        assert_eq!(kept, RecordResult::Withheld { size: r.size() });
-        assert!(
-            matches!(answer, Err(StoreError::ResultTooLarge { size, limit, .. }) if size == r.size() && limit == r.size() - 1),
-            "{answer:?}"
-        );
     }
 }

@@ -22,6 +22,13 @@ use idemgate_tls::{ClientTls, TlsError, rustls};
 pub(crate) type Client =
     hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// The client the sidecar ([`crate::sidecar`]) proxies with: `http://` and `https://` (the system's authorities),
+/// streaming bodies.
+pub(crate) type ProxyClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    axum::body::Body,
+>;
+
 /// How long a TCP connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an idle keep-alive connection stays in the pool.
@@ -40,12 +47,12 @@ pub(crate) fn client(tls: &ClientTls) -> Result<Client, TlsError> {
 }
 
 /// As [`client`], sending streamed bodies (the sidecar's proxy).
-pub(crate) fn streaming_client(tls: &ClientTls) -> Result<crate::sidecar::ProxyClient, TlsError> {
+pub(crate) fn streaming_client(tls: &ClientTls) -> Result<ProxyClient, TlsError> {
     Ok(with_config(tls.config()?))
 }
 
 /// As [`http_client`], sending streamed bodies.
-pub(crate) fn streaming_http_client() -> crate::sidecar::ProxyClient {
+pub(crate) fn streaming_http_client() -> ProxyClient {
     with_config(no_roots())
 }
 

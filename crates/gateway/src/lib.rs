@@ -76,6 +76,7 @@ mod sidecar;
 mod state;
 mod target;
 mod tasks;
+mod upstream;
 mod verdict;
 mod window;
 

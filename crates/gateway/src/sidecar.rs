@@ -9,7 +9,6 @@
 //! the client's retry meanwhile hears 409, then the kept response.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -17,62 +16,14 @@ use axum::http::{self, HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Limited};
 use idemgate::idempotency_key::run::{Ending, answer};
-use idemgate::idempotency_key::{Admission, KeyRules, Refusal};
+use idemgate::idempotency_key::{Admission, Refusal};
 
-use crate::config::ApiPolicy;
 use crate::state::AppState;
+use crate::upstream::Api;
 
 /// The largest upstream response body read to be kept; a larger one is a failed call (502, the
 /// key given back).
 const RESPONSE_LIMIT: usize = 32 << 20;
-
-/// The client the sidecar proxies with: `http://` and `https://` (the system's authorities),
-/// streaming bodies.
-pub(crate) type ProxyClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Body,
->;
-
-/// One API: its rules, its upstream and the client that reaches it.
-#[derive(Debug)]
-pub(crate) struct Api {
-    /// Where its clients reach it.
-    pub(crate) listen: String,
-    pub(crate) rules: Arc<KeyRules>,
-    upstream: http::Uri,
-    timeout: Duration,
-    client: ProxyClient,
-}
-
-impl Api {
-    /// The API of `policy`, with a client of its own.
-    ///
-    /// # Errors
-    /// The machine trusts no certificate authority and the upstream is `https://`.
-    pub(crate) fn new(policy: ApiPolicy) -> Result<Self, idemgate_tls::TlsError> {
-        let client = if policy.upstream.scheme_str() == Some("https") {
-            crate::forward::streaming_client(&idemgate_tls::ClientTls::default())?
-        } else {
-            crate::forward::streaming_http_client()
-        };
-        Ok(Self {
-            listen: policy.listen,
-            rules: Arc::new(policy.rules),
-            upstream: policy.upstream,
-            timeout: policy.upstream_timeout,
-            client,
-        })
-    }
-
-    /// The upstream URI of a request to `path_and_query`: the upstream's scheme and authority,
-    /// its path prefix, then the request's path and query.
-    fn target(&self, path_and_query: &str) -> Result<http::Uri, http::Error> {
-        let prefix = self.upstream.path().trim_end_matches('/');
-        let scheme = self.upstream.scheme_str().unwrap_or("http");
-        let authority = self.upstream.authority().map_or("", |a| a.as_str());
-        Ok(format!("{scheme}://{authority}{prefix}{path_and_query}").parse()?)
-    }
-}
 
 /// What a sidecar's handler holds.
 #[derive(Clone)]

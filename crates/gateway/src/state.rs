@@ -108,7 +108,7 @@ pub struct AppState(Arc<Inner>);
 pub struct Inner {
     pub sources: HashMap<String, Source>,
     /// `[[api]]`: the sidecar's APIs, each served on its own listener.
-    pub(crate) apis: Vec<Arc<crate::sidecar::Api>>,
+    pub(crate) apis: Vec<Arc<crate::upstream::Api>>,
     /// Claims, the work around them, and the retries of what the store did not take at once.
     pub dedup: Dedup,
     /// The store beneath (the same as the `dedup`'s).
@@ -178,7 +178,7 @@ impl Counted {
 /// Every configured source with its verifier, and every `[[api]]` with its rules and client,
 /// built once from the configuration.
 #[derive(Debug)]
-pub struct Sources(HashMap<String, Source>, Vec<Arc<crate::sidecar::Api>>);
+pub struct Sources(HashMap<String, Source>, Vec<Arc<crate::upstream::Api>>);
 
 impl Sources {
     /// Builds each source's TTL policy, verifier, forward target and the client that sends to
@@ -202,7 +202,7 @@ impl Sources {
         let mut apis = Vec::new();
         for api in &config.apis {
             let policy = api.policy()?;
-            let built = crate::sidecar::Api::new(policy).map_err(|e| {
+            let built = crate::upstream::Api::new(policy).map_err(|e| {
                 api.invalid(
                     "upstream",
                     format!(

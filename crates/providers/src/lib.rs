@@ -55,6 +55,7 @@ mod der;
 mod error;
 mod generic;
 mod keyed;
+mod provider;
 mod scheme;
 mod secret;
 mod settings;
@@ -78,12 +79,13 @@ pub mod svix;
 pub mod twilio;
 
 pub use error::{ConfigError, SignError, VerifyError};
+pub use provider::Provider;
 pub use scheme::{
     Algorithm, Encoding, GenericHmac, KeySource, MailgunScheme, NoneScheme, PostmarkScheme, Scheme,
     SquareScheme, TwilioScheme,
 };
 pub use secret::Secret;
-pub use settings::{Keys, Provider, SettingError};
+pub use settings::{Keys, SettingError};
 pub use verified::{BatchEvent, Control, Verified};
 pub use verifier::{Delivery, Document, DocumentKind, Needed, Signed, Verifier};
 

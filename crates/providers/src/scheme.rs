@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::ConfigError;
-use crate::settings::Provider;
+use crate::provider::Provider;
 
 /// A webhook signature scheme, chosen per source in configuration.
 ///
