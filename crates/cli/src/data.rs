@@ -469,6 +469,17 @@ pub(crate) async fn lookup(
                 outln!("  lease until {lease}");
             }
             outln!("  expires at {}", r.expires_at);
+            match &r.result {
+                idemgate::RecordResult::None => {}
+                idemgate::RecordResult::Stored(kept) => outln!(
+                    "  response   {} kept ({} bytes), given back to every retry",
+                    kept.status,
+                    kept.size()
+                ),
+                idemgate::RecordResult::Withheld { size } => outln!(
+                    "  response   not kept: {size} bytes, over the limit (duplicates hear only its size)"
+                ),
+            }
         }
         None => outln!("  record     none live (never claimed, released, or expired)"),
     }

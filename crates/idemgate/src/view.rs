@@ -88,6 +88,40 @@ pub struct RecordReport {
     pub fingerprint: Option<String>,
     /// The instance and boot holding a processing claim.
     pub holder: Option<String>,
+    /// What its completion kept of the work's result (an `Idempotency-Key` request's response):
+    /// absent when it kept none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultReport>,
+}
+
+/// What a completed record kept of its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResultReport {
+    /// `stored` (given back to duplicates) or `withheld` (over the limit: only its size kept).
+    pub kept: &'static str,
+    /// The stored result's status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Its size, as the store's limit counts it.
+    pub bytes: usize,
+}
+
+impl ResultReport {
+    fn of(result: &idemgate_core::RecordResult) -> Option<Self> {
+        match result {
+            idemgate_core::RecordResult::None => None,
+            idemgate_core::RecordResult::Stored(r) => Some(Self {
+                kept: "stored",
+                status: Some(r.status),
+                bytes: r.size(),
+            }),
+            idemgate_core::RecordResult::Withheld { size } => Some(Self {
+                kept: "withheld",
+                status: None,
+                bytes: *size,
+            }),
+        }
+    }
 }
 
 /// One history row.
@@ -142,6 +176,7 @@ impl EventReport {
                 expires_at: r.expires_at.to_string(),
                 fingerprint: r.fingerprint.map(|f| f.to_hex()),
                 holder: r.holder.as_ref().map(ToString::to_string),
+                result: ResultReport::of(&r.result),
             }),
             history: view
                 .history
