@@ -23,7 +23,7 @@ pub enum StoreError {
     /// [`ClaimStore::complete_with`](crate::ClaimStore::complete_with) with a result whose
     /// [`size`](crate::StoredResult::size) is over the limit: the result was not stored, but the
     /// claim *was* completed (the event was processed), and its record keeps the size
-    /// ([`RecordResult::Withheld`](crate::RecordResult::Withheld)) for its duplicates to hear.
+    /// ([`RecordResult::Withheld`]) for its duplicates to hear.
     #[error(
         "the result of {key} is {size} bytes, over the limit of {limit}: the claim was completed without it"
     )]
