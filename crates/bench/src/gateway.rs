@@ -912,7 +912,7 @@ pub(crate) fn tree_peak_rss_kib(pid: u32) -> (u64, usize) {
 
 /// A process's parent, from `/proc/PID/stat`: `pid (comm) state ppid ...`, where `comm` may
 /// hold spaces and parentheses, so the fields are read after the last `)`.
-fn parent(pid: u32) -> Option<u32> {
+pub(crate) fn parent(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..]
         .split_whitespace()

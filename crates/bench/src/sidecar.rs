@@ -45,7 +45,7 @@ use hyper_util::rt::TokioIo;
 use idemgate_chart::{BarLayout, Bars, Frame, Mark, Series};
 use tokio::io::AsyncBufReadExt;
 
-use crate::gateway::{free_port, node_version, serve, stack, tree_peak_rss_kib};
+use crate::gateway::{free_port, node_version, parent, serve, stack, tree_peak_rss_kib};
 use crate::report::{Latency, ms, table};
 
 /// The target: the sidecar's p99 at most this much over a direct call, at 64 connections.
@@ -106,6 +106,10 @@ pub struct Args {
     /// The node binary the Express proxy runs on (`npm` is taken from PATH).
     #[arg(long, default_value = "node")]
     node: PathBuf,
+    /// Where the sidecar's fresh data dir is made (default: the system's temporary dir, on
+    /// disk here; a tmpfs such as `/dev/shm` takes the disk's flushes out of the figures).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -206,6 +210,8 @@ fn describe(answers: &Answers) -> String {
 struct Upstream {
     per_key: Mutex<HashMap<String, u32>>,
     created: AtomicU64,
+    /// TCP connections it accepted.
+    connections: AtomicU64,
 }
 
 /// What the upstream created for the keys of one prefix.
@@ -273,10 +279,14 @@ async fn upstream(service: Duration) -> anyhow::Result<(SocketAddr, Arc<Upstream
     use axum::serve::ListenerExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let up = Arc::new(Upstream::default());
+    let listener = listener.tap_io({
+        let up = up.clone();
+        move |tcp| {
+            let _ = tcp.set_nodelay(true);
+            up.connections.fetch_add(1, Ordering::Relaxed);
+        }
+    });
     let app = axum::Router::new().route(
         ROUTE,
         axum::routing::post({
@@ -363,16 +373,64 @@ struct Sent {
     rps: f64,
     latency: Latency,
     answers: Answers,
+    /// CPU time per request, µs: of the proxy's processes, and of this one (the clients and the
+    /// upstream).
+    cpu: Cpu,
+    /// TCP connections the upstream accepted meanwhile.
+    upstream_connections: u64,
 }
 
-/// `n` requests, each under a new key `{prefix}{i}`, over `connections` connections.
+/// CPU time per request, µs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    proxy: Option<f64>,
+    bench: f64,
+}
+
+/// CPU time (user + system) of `pid`, and of its children when `children`, so far, in ticks of
+/// 10 ms (`USER_HZ`).
+fn cpu_ticks(pid: u32, children: bool) -> u64 {
+    let own = |pid: u32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+                // utime and stime, fields 14 and 15 of the whole line.
+                Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0)
+    };
+    let mut ticks = own(pid);
+    if !children {
+        return ticks;
+    }
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            if let Some(child) = entry.file_name().to_str().and_then(|n| n.parse().ok())
+                && parent(child) == Some(pid)
+            {
+                ticks += own(child);
+            }
+        }
+    }
+    ticks
+}
+
+/// `n` requests, each under a new key `{prefix}{i}`, over `connections` connections, to a
+/// proxy whose process is `proxy` (none: the upstream itself).
 async fn load(
     addr: SocketAddr,
+    proxy: Option<u32>,
     prefix: &str,
     n: usize,
     connections: usize,
 ) -> anyhow::Result<Sent> {
     let next = Arc::new(AtomicUsize::new(0));
+    let cpu_before = (
+        proxy.map(|pid| cpu_ticks(pid, true)),
+        // Not its children: the proxies are.
+        cpu_ticks(std::process::id(), false),
+    );
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
@@ -402,10 +460,20 @@ async fn load(
         }
     }
     let took = started.elapsed();
+    // Ticks of 10 ms, per request, in µs.
+    let per_request = |ticks: u64| ticks as f64 * 10_000.0 / n as f64;
+    let cpu = Cpu {
+        proxy: proxy
+            .zip(cpu_before.0)
+            .map(|(pid, before)| per_request(cpu_ticks(pid, true).saturating_sub(before))),
+        bench: per_request(cpu_ticks(std::process::id(), false).saturating_sub(cpu_before.1)),
+    };
     Ok(Sent {
         rps: n as f64 / took.as_secs_f64(),
         latency: Latency::of(&mut latencies),
         answers,
+        cpu,
+        upstream_connections: 0,
     })
 }
 
@@ -492,8 +560,12 @@ impl Proxy {
 }
 
 /// `idemgate serve` with one `[[api]]` for the route in front of `up`, on a fresh SQLite store.
-async fn sidecar(bin: &Path, up: SocketAddr) -> anyhow::Result<Proxy> {
-    let dir = tempfile::tempdir()?;
+async fn sidecar(bin: &Path, up: SocketAddr, data_dir: Option<&Path>) -> anyhow::Result<Proxy> {
+    let dir = match data_dir {
+        Some(parent) => tempfile::tempdir_in(parent)
+            .with_context(|| format!("a data dir in {}", parent.display()))?,
+        None => tempfile::tempdir()?,
+    };
     let (listen, api) = (free_port()?, free_port()?);
     let config = format!(
         "listen = \"{listen}\"\n[store]\nkind = \"sqlite\"\npath = {:?}\n\n\
@@ -617,6 +689,15 @@ impl PathRun {
         median(self.rounds.iter().map(|r| r.rps).collect())
     }
 
+    fn cpu_proxy(&self) -> Option<f64> {
+        let xs: Vec<f64> = self.rounds.iter().filter_map(|r| r.cpu.proxy).collect();
+        (!xs.is_empty()).then(|| median(xs))
+    }
+
+    fn cpu_bench(&self) -> f64 {
+        median(self.rounds.iter().map(|r| r.cpu.bench).collect())
+    }
+
     fn at(&self, q: impl Fn(&Latency) -> Duration) -> f64 {
         median_ms(self.rounds.iter().map(|r| q(&r.latency)))
     }
@@ -671,7 +752,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.service_ms
     );
 
-    let mut proxies = vec![sidecar(&bin, up).await?];
+    let mut proxies = vec![sidecar(&bin, up, args.data_dir.as_deref()).await?];
     let skipped = match args.express {
         Express::Off => Some("skipped (--express off)".to_owned()),
         Express::On => match node_version(&args.node).await {
@@ -686,8 +767,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         },
     };
-    let mut paths: Vec<(Via, SocketAddr)> = vec![(Via::Direct, up)];
-    paths.extend(proxies.iter().map(|p| (p.via, p.addr)));
+    let mut paths: Vec<(Via, SocketAddr, Option<u32>)> = vec![(Via::Direct, up, None)];
+    paths.extend(proxies.iter().map(|p| (p.via, p.addr, Some(p.pid))));
 
     let result = measure(&args, &paths, &upstream).await;
     let mut runs = match result {
@@ -716,10 +797,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Warm-up, the rounds, then the concurrency test through each proxy.
 async fn measure(
     args: &Args,
-    paths: &[(Via, SocketAddr)],
+    paths: &[(Via, SocketAddr, Option<u32>)],
     upstream: &Upstream,
 ) -> anyhow::Result<Vec<PathRun>> {
-    for &(via, addr) in paths {
+    for &(via, addr, pid) in paths {
         eprintln!(
             "sidecar: warming {} up ({} requests)",
             via.short(),
@@ -727,6 +808,7 @@ async fn measure(
         );
         load(
             addr,
+            pid,
             &format!("{}-warm-", via.tag()),
             args.warmup,
             args.connections,
@@ -736,7 +818,7 @@ async fn measure(
     }
     let mut runs: Vec<PathRun> = paths
         .iter()
-        .map(|&(via, _)| PathRun {
+        .map(|&(via, _, _)| PathRun {
             via,
             rounds: Vec::new(),
             answers: Answers::new(),
@@ -746,15 +828,18 @@ async fn measure(
         })
         .collect();
     for round in 0..args.rounds {
-        for (&(via, addr), run) in paths.iter().zip(runs.iter_mut()) {
-            let sent = load(
+        for (&(via, addr, pid), run) in paths.iter().zip(runs.iter_mut()) {
+            let opened = upstream.connections.load(Ordering::Relaxed);
+            let mut sent = load(
                 addr,
+                pid,
                 &format!("{}-r{round}-", via.tag()),
                 args.requests,
                 args.connections,
             )
             .await
             .with_context(|| format!("round {} through {}", round + 1, via.short()))?;
+            sent.upstream_connections = upstream.connections.load(Ordering::Relaxed) - opened;
             eprintln!(
                 "sidecar: round {}/{} {}: {:.0} req/s, p50 {} ms, p99 {} ms",
                 round + 1,
@@ -770,7 +855,7 @@ async fn measure(
             run.rounds.push(sent);
         }
     }
-    for (&(via, addr), run) in paths.iter().zip(runs.iter_mut()) {
+    for (&(via, addr, _), run) in paths.iter().zip(runs.iter_mut()) {
         // Every measured key once: the rounds' prefixes are `{tag}-r`.
         run.created = upstream.created(&format!("{}-r", via.tag()));
         if via == Via::Direct {
@@ -828,6 +913,8 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
                     .unwrap_or_default()),
                 over(|l| l.p50),
                 over(|l| l.p99),
+                r.cpu_proxy().map_or_else(dash, |us| format!("{us:.0}")),
+                format!("{:.0}", r.cpu_bench()),
                 r.race
                     .as_ref()
                     .map_or_else(dash, |(_, c)| format!("{} of {race_sent}", c.doubled)),
@@ -855,6 +942,8 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
                 "max ms",
                 "p50 over direct",
                 "p99 over direct",
+                "proxy CPU µs/req",
+                "bench CPU µs/req",
                 "double creations (raced keys)",
                 "peak RSS MiB",
                 "answers",
@@ -862,6 +951,17 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
             ],
             &rows
         )
+    );
+    println!(
+        "\nproxy CPU: user + system time of the proxy's processes per request; bench CPU: of this process \
+         (the {} clients and the upstream). The machine has {} cores for all of them: a path's \
+         ceiling is about cores / (proxy + bench CPU per request).{}",
+        args.connections,
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        args.data_dir.as_ref().map_or_else(String::new, |d| format!(
+            " The sidecar's data dir is in {} (--data-dir).",
+            d.display()
+        ))
     );
     if let Some(why) = skipped {
         println!("\nexpress-idempotency: {why}.");
@@ -932,6 +1032,11 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
                     ms(s.latency.p99),
                     ms(s.latency.p999),
                     ms(s.latency.max),
+                    s.cpu
+                        .proxy
+                        .map_or_else(|| "-".to_owned(), |us| format!("{us:.0}")),
+                    format!("{:.0}", s.cpu.bench),
+                    format!("{}", s.upstream_connections),
                 ]
             })
         })
@@ -940,7 +1045,16 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
         "{}",
         table(
             &[
-                "path", "round", "req/s", "p50 ms", "p99 ms", "p999 ms", "max ms"
+                "path",
+                "round",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "p999 ms",
+                "max ms",
+                "proxy CPU µs/req",
+                "bench CPU µs/req",
+                "upstream connections opened"
             ],
             &rows
         )
