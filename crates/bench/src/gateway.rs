@@ -895,7 +895,7 @@ pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
 /// Peak RSS summed over `pid` and its children (a cluster's primary and its workers), and how
 /// many processes that is. Each process's own peak, so at most that much was ever resident at
 /// once.
-fn tree_peak_rss_kib(pid: u32) -> (u64, usize) {
+pub(crate) fn tree_peak_rss_kib(pid: u32) -> (u64, usize) {
     let mut pids = vec![pid];
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -912,7 +912,7 @@ fn tree_peak_rss_kib(pid: u32) -> (u64, usize) {
 
 /// A process's parent, from `/proc/PID/stat`: `pid (comm) state ppid ...`, where `comm` may
 /// hold spaces and parentheses, so the fields are read after the last `)`.
-fn parent(pid: u32) -> Option<u32> {
+pub(crate) fn parent(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..]
         .split_whitespace()
@@ -1106,7 +1106,7 @@ async fn gateway(store: Store, bin: &Path, args: &Args) -> anyhow::Result<Run> {
 }
 
 /// `node --version`, or `None` when there is no node to run.
-async fn node_version(node: &Path) -> Option<String> {
+pub(crate) async fn node_version(node: &Path) -> Option<String> {
     let out = tokio::process::Command::new(node)
         .arg("--version")
         .stdin(Stdio::null())

@@ -6,8 +6,9 @@
 //!
 //! # Layout
 //!
-//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`, `peers`: one module per scenario, each
-//!   with its `Args`. `tutorial/` (beside `src/`) is the Node receiver the `gateway` scenario runs.
+//! - `claims`, `growth`, `cleanup`, `gateway`, `inbox`, `peers`, `sidecar`: one module per
+//!   scenario, each with its `Args`. `tutorial/` (beside `src/`) is the Node receiver the
+//!   `gateway` scenario runs; `sidecar` runs `tests/sidecar/express_proxy.mjs`.
 //!   `destinations` is `gateway --destination`: the gateway publishing into JetStream and
 //!   RabbitMQ beside HTTP to nginx.
 //! - `pg`: the PostgreSQL helpers the scenarios share; `nats`: JetStream through async-nats
@@ -28,6 +29,7 @@ mod peers;
 mod pg;
 mod progress;
 mod report;
+mod sidecar;
 
 use clap::{Parser, Subcommand};
 
@@ -67,6 +69,11 @@ enum Scenario {
     /// exported with `idemgate history export` (rows/s), the archive's bytes against the
     /// database's, and lookups of archived events through the archive (p50/p99).
     Archive(archive::Args),
+    /// The Idempotency-Key sidecar (`[[api]]` of `idemgate serve`, SQLite) beside a direct call of
+    /// the same upstream and beside express-idempotency in front of it, same run, 64 connections:
+    /// req/s, p50/p99/p999 and the overhead over the direct call; concurrent copies of one key
+    /// through each proxy, and the keys the upstream created more than once.
+    Sidecar(sidecar::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,6 +93,7 @@ fn main() -> anyhow::Result<()> {
             Scenario::Cleanup(args) => cleanup::run(args).await,
             Scenario::Peers(args) => peers::run(args).await,
             Scenario::Archive(args) => archive::run(args).await,
+            Scenario::Sidecar(args) => sidecar::run(args).await,
         }
     })
 }
