@@ -64,7 +64,7 @@ async fn proxy(State(s): State<Sidecar>, req: Request) -> Response {
                 .into_response();
         }
         // The client went away while sending: nothing was claimed.
-        Err(_) => return http::StatusCode::BAD_REQUEST.into_response(),
+        Err(_) => return Refusal::BodyUnreadable.into_response().into_response(),
     };
     let claim = match rules.claim(&keyed, &parts, &bytes) {
         Ok(claim) => claim,

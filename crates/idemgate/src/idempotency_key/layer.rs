@@ -125,9 +125,7 @@ where
                     {
                         Refusal::BodyTooLarge { limit }
                     } else {
-                        Refusal::BadKey(super::KeyProblem::Syntax {
-                            why: "the request body could not be read",
-                        })
+                        Refusal::BodyUnreadable
                     };
                     return Ok(refusal.into_response().map(Either::Right));
                 }

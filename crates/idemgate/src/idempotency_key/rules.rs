@@ -311,6 +311,9 @@ pub enum Refusal {
     BadKey(KeyProblem),
     /// 400 `missing_principal`: the header that says whose key it is is absent.
     NoPrincipal(PrincipalProblem),
+    /// 400 `body_unreadable`: the request body could not be read (the client went away while
+    /// sending it); nothing was claimed.
+    BodyUnreadable,
     /// 413 `body_too_large`: the body is over the fingerprint limit.
     BodyTooLarge {
         /// The limit, in bytes.
@@ -350,9 +353,10 @@ impl Refusal {
     /// Its status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::MissingKey { .. } | Self::BadKey(_) | Self::NoPrincipal(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::MissingKey { .. }
+            | Self::BadKey(_)
+            | Self::NoPrincipal(_)
+            | Self::BodyUnreadable => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Reused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::InFlight { .. } => StatusCode::CONFLICT,
@@ -368,6 +372,7 @@ impl Refusal {
             Self::MissingKey { .. } => "missing_idempotency_key",
             Self::BadKey(_) => "invalid_idempotency_key",
             Self::NoPrincipal(_) => "missing_principal",
+            Self::BodyUnreadable => "body_unreadable",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::Reused { .. } => "idempotency_key_reused",
             Self::InFlight { .. } => "in_flight",
@@ -385,6 +390,9 @@ impl Refusal {
             ),
             Self::BadKey(e) => e.to_string(),
             Self::NoPrincipal(e) => e.to_string(),
+            Self::BodyUnreadable => {
+                "the request body could not be read; nothing was processed".to_owned()
+            }
             Self::BodyTooLarge { limit } => format!(
                 "the body is over {limit} bytes, the most a keyed request's body may be (its retries are told apart by it)"
             ),
