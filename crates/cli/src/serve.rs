@@ -38,14 +38,18 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| Usage(e.to_string()))?;
         config.listen = listen;
     }
-    // The listener first: a second process on the same address stops here, before it touches
-    // the store (no migration, no boot registered, no claim freed). Then everything else that can
-    // fail before serving: verifiers, the store, the tier, this boot (refused while another
-    // process holds the instance name). Connections wait in the backlog meanwhile.
+    // The listeners first (`listen`, `admin_listen`, each `[[api]]`'s): a second process on the
+    // same address stops here, before it touches the store (no migration, no boot registered, no
+    // claim freed). Then everything else that can fail before serving: verifiers, the store, the
+    // tier, this boot (refused while another process holds the instance name). Connections wait
+    // in the backlog meanwhile.
     let listener = tokio::net::TcpListener::bind(config.listen.as_str())
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let admin = idemgate_gateway::bind_admin(&config)
+        .await
+        .map_err(start_error)?;
+    let apis = idemgate_gateway::bind_apis(&config)
         .await
         .map_err(start_error)?;
     // SIGTERM and ctrl-c are heard from here on: one during the start (a migration, a wait for
@@ -92,6 +96,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         idemgate_gateway::Listeners {
             public: listener,
             admin,
+            apis,
         },
         stop.cancelled_owned(),
     )

@@ -237,6 +237,42 @@ fn the_listener_is_bound_before_the_store_is_touched() {
 }
 
 #[test]
+fn an_apis_listener_is_bound_before_the_store_is_touched() {
+    // The public listener is free; the api's address is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\n[store]\npath = {:?}\n\n[[api]]\nname = \"payments\"\n\
+             listen = \"{addr}\"\nupstream = \"http://127.0.0.1:9\"\n\
+             routes = [\"POST /payments\"]\nretry_window = \"1d\"\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env_remove("IDEMGATE_DATA_DIR")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "cannot listen on api \"payments\"'s listen {addr}"
+        )),
+        "{said}"
+    );
+    // Nothing was opened: no store created, no boot registered whose lease would have to lapse
+    // before the next start could free this instance's claims.
+    assert!(!data.exists(), "no store was created: {said}");
+}
+
+#[test]
 fn every_configuration_error_is_reported_at_once_and_the_environment_is_named() {
     // Two typos and a bad value: all three, each with its line.
     let (code, output) = serve(

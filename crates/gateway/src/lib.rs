@@ -88,7 +88,7 @@ pub use crate::config::Config;
 pub use crate::config::verifier;
 pub use crate::outcome::Outcome;
 pub use crate::server::{
-    Listeners, SERVE_LOCK, StartError, bind_admin, open, run, serve, serve_on,
+    Listeners, SERVE_LOCK, StartError, bind_admin, bind_apis, open, run, serve, serve_on,
 };
 pub use crate::state::{AppState, Inner, Source, Sources};
 pub use idemgate::{AnyStore, store};

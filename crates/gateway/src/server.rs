@@ -65,6 +65,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let admin = bind_admin(&config).await?;
+    let apis = bind_apis(&config).await?;
     let state = open(&config).await?;
     serve_on(
         state,
@@ -72,6 +73,7 @@ pub async fn run(
         Listeners {
             public: listener,
             admin,
+            apis,
         },
         shutdown,
     )
@@ -86,6 +88,9 @@ pub struct Listeners {
     pub public: TcpListener,
     /// `admin_listen`: the operator's routes only.
     pub admin: Option<TcpListener>,
+    /// Each `[[api]]`'s `listen`, by the api's name ([`bind_apis`]). An api without one here is
+    /// bound by [`serve_on`] itself.
+    pub apis: Vec<(String, TcpListener)>,
 }
 
 /// Binds `admin_listen`, when the config sets it.
@@ -105,6 +110,27 @@ pub async fn bind_admin(config: &Config) -> Result<Option<TcpListener>, StartErr
                 ))
             }),
     }
+}
+
+/// Binds every `[[api]]`'s `listen`, in the config's order, each under its api's name.
+///
+/// # Errors
+/// [`StartError::Serve`] naming the first api whose address cannot be bound.
+pub async fn bind_apis(config: &Config) -> Result<Vec<(String, TcpListener)>, StartError> {
+    let mut bound = Vec::with_capacity(config.apis.len());
+    for api in &config.apis {
+        bound.push((api.name.clone(), bind_api(&api.name, &api.listen).await?));
+    }
+    Ok(bound)
+}
+
+async fn bind_api(name: &str, listen: &str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(listen).await.map_err(|e| {
+        StartError::Serve(std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on api {name:?}'s listen {listen}: {e}"),
+        ))
+    })
 }
 
 /// Everything that can fail before serving: every source's verifier is built, the store is
@@ -382,6 +408,7 @@ pub async fn serve(
         Listeners {
             public: listener,
             admin,
+            apis: Vec::new(),
         },
         shutdown,
     )
@@ -400,19 +427,20 @@ pub async fn serve_on(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    // The apis' listeners first: one that cannot be bound stops the start before anything runs.
+    // The apis' listeners, bound by the caller before the store was opened; one the caller did
+    // not bind is bound here, and one that cannot be stops the start before anything runs.
+    let Listeners {
+        public,
+        admin,
+        apis: mut bound,
+    } = listeners;
     let mut api_listeners = Vec::new();
     for api in &state.apis {
-        let listener = TcpListener::bind(api.listen.as_str()).await.map_err(|e| {
-            StartError::Serve(std::io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot listen on api {:?}'s listen {}: {e}",
-                    api.rules.source().as_str(),
-                    api.listen
-                ),
-            ))
-        })?;
+        let name = api.rules.source().as_str();
+        let listener = match bound.iter().position(|(n, _)| n == name) {
+            Some(at) => bound.swap_remove(at).1,
+            None => bind_api(name, &api.listen).await?,
+        };
         tracing::info!(api = %api.rules.source(), listen = %api.listen, "the api's sidecar listens");
         api_listeners.push((listener, Arc::clone(api)));
     }
@@ -474,10 +502,10 @@ pub async fn serve_on(
             stop.cancel();
         }
     });
-    let result = match listeners.admin {
+    let result = match admin {
         None => {
             accept_loop(
-                listeners.public,
+                public,
                 app(state.clone()),
                 &state,
                 state.limits.connection_cap(),
@@ -489,7 +517,7 @@ pub async fn serve_on(
         Some(admin) => {
             let (public, admin) = tokio::join!(
                 accept_loop(
-                    listeners.public,
+                    public,
                     crate::router(state.clone(), crate::Routes::Public),
                     &state,
                     state.limits.connection_cap(),
