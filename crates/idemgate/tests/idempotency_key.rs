@@ -11,8 +11,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use idemgate::idempotency_key::{IdempotencyKeyLayer, KeyRules, Principal};
-use idemgate::{Dedup, SourceName, StoreConfig};
+use idemgate::ClaimStore;
+use idemgate::idempotency_key::request::event_id;
+use idemgate::idempotency_key::{IdempotencyKeyLayer, KeyRules, Principal, Route};
+use idemgate::{Dedup, EventId, Key, SourceName, StoreConfig};
 use tower::ServiceExt;
 
 /// What the handler does with a request: its body says (`fail` answers 500 once per counter
@@ -279,10 +281,14 @@ async fn a_copy_in_flight_is_409_or_waits_for_the_first_answer() {
     );
     assert!(busy.retry_after.is_some(), "409 says when to come back");
     // With wait_for_first, a copy waits and gets the first answer.
-    let waiting_app = router(&api, rules().wait_for_first(Duration::from_secs(10)), dedup);
+    let waiting_app = router(
+        &api,
+        rules().wait_for_first(Duration::from_secs(10)),
+        dedup.clone(),
+    );
     let waiting =
         tokio::spawn(async move { send(&waiting_app, post_with("slow-1"), "slow").await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     api.gate.add_permits(1);
     let first = first.await.unwrap();
     let waited = waiting.await.unwrap();
@@ -292,6 +298,27 @@ async fn a_copy_in_flight_is_409_or_waits_for_the_first_answer() {
         (StatusCode::CREATED, first.body.as_str(), true)
     );
     assert_eq!(api.calls.load(Ordering::SeqCst), 1);
+    // The second of waiting read the record, and claimed only when the first had ended: the
+    // key's history is the first's claim and completion, the 409's copy, and the waiting copy's
+    // first claim and its replay, not a row per look.
+    let route: Route = "POST /payments".parse().unwrap();
+    let key = Key::new(
+        SourceName::new("payments").unwrap(),
+        EventId::new(event_id("", &route, &"slow-1".parse().unwrap())).unwrap(),
+    );
+    let view = dedup.store().lookup(&key).await.unwrap();
+    let outcomes: Vec<_> = view.history.iter().map(|h| h.outcome.as_str()).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "claimed",
+            "in_flight",
+            "in_flight",
+            "completed",
+            "duplicate"
+        ],
+        "{outcomes:?}"
+    );
 }
 
 #[tokio::test]

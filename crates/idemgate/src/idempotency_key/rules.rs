@@ -143,7 +143,9 @@ impl KeyRules {
     }
 
     /// A copy of a key whose first request is still running waits up to `wait` for it and is
-    /// answered with its response, instead of 409 at once.
+    /// answered with its response, instead of 409 at once. The copy reads the key's record
+    /// while it waits (every 50 ms; no write, no history row) and claims again only once the
+    /// first has ended or its lease has run out.
     #[must_use]
     pub fn wait_for_first(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
-use idemgate_core::{ClaimRequest, RecordResult};
+use idemgate_core::store::ClaimStore;
+use idemgate_core::{ClaimRequest, Key, RecordResult, RecordState};
+use tokio::time::Instant;
 
 use super::rules::{KeyRules, Refusal, replay};
 use crate::dedup::{Dedup, Once, ProcessError};
@@ -63,7 +65,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Response<Bytes>, E>>,
 {
-    let deadline = rules.wait.map(|w| tokio::time::Instant::now() + w);
+    let deadline = rules.wait.map(|w| Instant::now() + w);
     let mut call = Some(call);
     loop {
         let release = rules.release;
@@ -121,18 +123,46 @@ where
             Ok(Once::InFlight { retry_after }) => Refusal::InFlight { retry_after },
             Ok(Once::Conflict { first_seen }) => Refusal::Reused { first_seen },
         };
-        if let (Refusal::InFlight { retry_after }, Some(deadline)) = (&refusal, deadline) {
-            let now = tokio::time::Instant::now();
-            if now < deadline {
-                // Ask again soon: the first request's answer is kept the moment it ends.
-                let pause = (*retry_after)
-                    .min(Duration::from_millis(100))
-                    .min(deadline - now);
-                tokio::time::sleep(pause).await;
-                continue;
-            }
+        if let (Refusal::InFlight { retry_after }, Some(deadline)) = (&refusal, deadline)
+            && first_ends(dedup, &claim.key, *retry_after, deadline).await
+        {
+            // Claim again: a kept response is replayed, a released key is run by this copy, a
+            // lapsed lease is taken over, as the store decides.
+            continue;
         }
         let kind = refusal.kind();
         return Ok((refusal.into_response(), Ending::Refused(kind)));
+    }
+}
+
+/// How often a copy waiting for its first request reads the key's record.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// Waits, up to `deadline`, for the first request of `key` to end: `true` when it has (its
+/// record is done, released or gone) or when its lease, `lease_left` from now by the store's
+/// clock, has run out (a claim then lets the store decide); `false` at the deadline.
+///
+/// The wait only reads the record: no claim, so no write and no history row, until the first
+/// request ended.
+async fn first_ends(dedup: &Dedup, key: &Key, lease_left: Duration, deadline: Instant) -> bool {
+    let lapses = Instant::now() + lease_left;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        tokio::time::sleep(WAIT_POLL.min(deadline - now)).await;
+        if Instant::now() >= lapses {
+            return true;
+        }
+        let read = tokio::time::timeout(dedup.store_wait(), dedup.store().lookup(key)).await;
+        match read {
+            Ok(Ok(view)) => match view.record {
+                Some(record) if record.state == RecordState::Processing => {}
+                _ => return true,
+            },
+            // The claim says what is wrong with the store.
+            Ok(Err(_)) | Err(_) => return true,
+        }
     }
 }
