@@ -16,7 +16,10 @@
 //!   as its README sets it up, proxying the keyed POST to the same upstream
 //!   (`tests/sidecar/express_proxy.mjs`, on the machine's `node`; `npm ci` on first use; one
 //!   process unless `--express-workers`). Each path takes `--warmup` requests of their own
-//!   first, unmeasured. `--rounds` (3) runs the three paths in turn that many times; the table
+//!   first, unmeasured. With `--rate`, the requests are sent on a schedule instead (request i
+//!   due i / rate seconds into the round) and each is timed from when it was due, so what the
+//!   path adds is seen below its ceiling, a stall counted in full. `--rounds` (3) runs the
+//!   three paths in turn that many times; the table
 //!   quotes each figure's median over the rounds, and every round is printed below it.
 //! - Concurrency, same run: `--race-keys` keys (500), each sent by `--copies` (8) concurrent
 //!   copies at once (each copy on a connection of its own), through (b) and (c): keys the
@@ -77,6 +80,12 @@ pub struct Args {
     /// Requests per path and round, each with a new key.
     #[arg(long, default_value_t = 20_000)]
     requests: usize,
+    /// Send at this many requests a second in all, on a schedule (request i is due i / rate
+    /// seconds after the round starts, whether or not the one before was answered), and time
+    /// each from when it was due, so a stall is counted in full; default: each connection sends
+    /// its next request when the last is answered (as fast as the path goes).
+    #[arg(long)]
+    rate: Option<u32>,
     /// Rounds: the three paths in turn, this many times; figures are the rounds' medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -417,13 +426,16 @@ fn cpu_ticks(pid: u32, children: bool) -> u64 {
 }
 
 /// `n` requests, each under a new key `{prefix}{i}`, over `connections` connections, to a
-/// proxy whose process is `proxy` (none: the upstream itself).
+/// proxy whose process is `proxy` (none: the upstream itself); at `rate` a second on a
+/// schedule, each timed from when it was due, or each connection's next when its last is
+/// answered.
 async fn load(
     addr: SocketAddr,
     proxy: Option<u32>,
     prefix: &str,
     n: usize,
     connections: usize,
+    rate: Option<u32>,
 ) -> anyhow::Result<Sent> {
     let next = Arc::new(AtomicUsize::new(0));
     let cpu_before = (
@@ -431,12 +443,17 @@ async fn load(
         // Not its children: the proxies are.
         cpu_ticks(std::process::id(), false),
     );
+    // The connections first, so that the schedule starts with every one open.
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        clients.push(Client::open(addr).await?);
+    }
     let started = Instant::now();
-    let tasks: Vec<_> = (0..connections)
-        .map(|_| {
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
             let (next, prefix) = (next.clone(), prefix.to_owned());
             tokio::spawn(async move {
-                let mut client = Client::open(addr).await?;
                 let mut seen = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -444,9 +461,16 @@ async fn load(
                         return Ok::<_, anyhow::Error>(seen);
                     }
                     let key = format!("{prefix}{i}");
-                    let t = Instant::now();
+                    let from = match rate {
+                        Some(rate) => {
+                            let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate));
+                            tokio::time::sleep_until(due.into()).await;
+                            due
+                        }
+                        None => Instant::now(),
+                    };
                     let answer = client.post(&key).await?;
-                    seen.push((t.elapsed(), answer));
+                    seen.push((from.elapsed(), answer));
                 }
             })
         })
@@ -739,6 +763,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.connections > 0, "--connections must be at least 1");
     anyhow::ensure!(args.requests > 0, "--requests must be at least 1");
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
+    anyhow::ensure!(
+        args.rate != Some(0),
+        "--rate must be at least 1 request a second"
+    );
     anyhow::ensure!(args.copies > 1, "--copies must be at least 2");
     anyhow::ensure!(
         args.express_workers > 0,
@@ -812,6 +840,7 @@ async fn measure(
             &format!("{}-warm-", via.tag()),
             args.warmup,
             args.connections,
+            None,
         )
         .await
         .with_context(|| format!("warming {} up", via.short()))?;
@@ -836,6 +865,7 @@ async fn measure(
                 &format!("{}-r{round}-", via.tag()),
                 args.requests,
                 args.connections,
+                args.rate,
             )
             .await
             .with_context(|| format!("round {} through {}", round + 1, via.short()))?;
@@ -882,8 +912,14 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
     };
     let sent = args.requests * args.rounds;
     let race_sent = args.race_keys;
+    let pace = match args.rate {
+        Some(rate) => format!(
+            "sent at {rate} requests a second in all on a schedule, each timed from when it was due"
+        ),
+        None => "each connection sending its next request when the last is answered".to_owned(),
+    };
     println!(
-        "\nPOST {ROUTE}, each request a new Idempotency-Key, {} keep-alive connections, {} requests per path in each of {} rounds \
+        "\nPOST {ROUTE}, each request a new Idempotency-Key, {} keep-alive connections ({pace}), {} requests per path in each of {} rounds \
          (the paths in turn), after {} unmeasured warm-up requests per path; the upstream takes {} ms a create. \
          Figures are the medians of the rounds; overheads are taken round by round against the direct path's.\n",
         args.connections, args.requests, args.rounds, args.warmup, args.service_ms
@@ -1079,8 +1115,11 @@ fn verdicts(runs: &[PathRun], direct: &PathRun, args: &Args) -> Vec<String> {
             Via::Direct => {}
             Via::Sidecar => {
                 let (d, _) = r.over(direct, |l| l.p99);
+                let pace = args
+                    .rate
+                    .map_or_else(String::new, |rate| format!(" at {rate} req/s"));
                 out.push(format!(
-                    "{}: p99 {d:+.2} ms over a direct call (median of {} rounds); target at most +{} ms: {}",
+                    "{}: p99 {d:+.2} ms over a direct call{pace} (median of {} rounds); target at most +{} ms: {}",
                     r.via.label(args),
                     r.rounds.len(),
                     P99_OVERHEAD.as_millis(),
