@@ -168,7 +168,7 @@ fn downstream(url: &hyper::Uri) -> String {
 
 /// Why a request got no answer, in words: a TLS failure as [`idemgate_tls::explain`] says it
 /// (the unknown issuer, the name the certificate is not valid for), anything else as its chain.
-fn why(err: &(dyn std::error::Error + 'static), https: bool) -> String {
+pub(crate) fn why(err: &(dyn std::error::Error + 'static), https: bool) -> String {
     if let Some(tls) = idemgate_tls::find(err) {
         return idemgate_tls::describe(tls);
     }

@@ -107,7 +107,11 @@ async fn call(
 ) -> Result<http::Response<Bytes>, String> {
     let req = upstream_request(api, &parts, Body::from(body))?;
     let response = tokio::time::timeout(api.timeout, async {
-        let response = api.client.request(req).await.map_err(|e| e.to_string())?;
+        let response = api
+            .client
+            .request(req)
+            .await
+            .map_err(|e| crate::forward::why(&e, api.https()))?;
         let (mut head, body) = response.into_parts();
         let body = Limited::new(body, RESPONSE_LIMIT)
             .collect()
@@ -139,7 +143,7 @@ async fn pass(api: &Api, parts: http::request::Parts, body: Body) -> Response {
             strip_hop_by_hop(&mut head.headers);
             Response::from_parts(head, Body::new(body))
         }
-        Ok(Err(e)) => bad_gateway(&e.to_string()),
+        Ok(Err(e)) => bad_gateway(&crate::forward::why(&e, api.https())),
         Err(_) => bad_gateway("no answer within upstream_timeout"),
     }
 }

@@ -202,15 +202,7 @@ impl Sources {
         let mut apis = Vec::new();
         for api in &config.apis {
             let policy = api.policy()?;
-            let built = crate::upstream::Api::new(policy).map_err(|e| {
-                api.invalid(
-                    "upstream",
-                    format!(
-                        "cannot make its HTTPS client: {}",
-                        idemgate_tls::explain(&e)
-                    ),
-                )
-            })?;
+            let built = crate::upstream::Api::new(policy).map_err(|e| api.tls_invalid(&e))?;
             apis.push(Arc::new(built));
         }
         Ok(Self(sources, apis))

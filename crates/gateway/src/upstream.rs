@@ -25,12 +25,11 @@ impl Api {
     /// The API of `policy`, with a client of its own.
     ///
     /// # Errors
-    /// The machine trusts no certificate authority and the upstream is `https://`.
+    /// The `https://` upstream's TLS settings cannot be used (a file, no authority trusted).
     pub(crate) fn new(policy: ApiPolicy) -> Result<Self, idemgate_tls::TlsError> {
-        let client = if policy.upstream.scheme_str() == Some("https") {
-            crate::forward::streaming_client(&idemgate_tls::ClientTls::default())?
-        } else {
-            crate::forward::streaming_http_client()
+        let client = match &policy.tls {
+            Some(tls) => crate::forward::streaming_client(tls)?,
+            None => crate::forward::streaming_http_client(),
         };
         Ok(Self {
             listen: policy.listen,
@@ -39,6 +38,11 @@ impl Api {
             timeout: policy.upstream_timeout,
             client,
         })
+    }
+
+    /// Whether the upstream speaks TLS (`https://`).
+    pub(crate) fn https(&self) -> bool {
+        self.upstream.scheme_str() == Some("https")
     }
 
     /// The upstream URI of a request to `path_and_query`: the upstream's scheme and authority,

@@ -108,6 +108,32 @@ fn each_bad_key_is_named_at_its_line() {
         let err = load(&format!("{API}{extra}")).unwrap_err();
         assert!(err.contains(says), "{extra}: {err}");
     }
+    // [api.tls]: only where TLS is spoken, whole, and with files that can be read.
+    let https = API.replace("http://127.0.0.1:9000", "https://127.0.0.1:9000");
+    for (text, says) in [
+        (
+            format!("{API}[api.tls]\nsystem_roots = true\n"),
+            "tls: is set but upstream is http://",
+        ),
+        (
+            format!("{https}[api.tls]\nclient_cert = \"/x.pem\"\n"),
+            "tls.client_key: is needed with tls.client_cert",
+        ),
+        (
+            format!("{https}[api.tls]\nsystem_roots = false\n"),
+            "tls.ca_file: is needed with tls.system_roots = false",
+        ),
+        (
+            format!("{https}[api.tls]\nca_file = \"/no/such/ca.pem\"\n"),
+            "tls.ca_file",
+        ),
+    ] {
+        let err = load(&text).unwrap_err();
+        assert!(
+            err.contains("api \"payments\"") && err.contains(says),
+            "{text}: {err}"
+        );
+    }
     // An api named as a source: each keeps its keys under its own name.
     let err = load(&format!(
         "[[source]]\nname = \"payments\"\nprovider = \"stripe\"\nsecrets = [\"whsec_test\"]\n{API}"

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode};
-use support::{Gateway, headers, send};
+use idemgate_tls::testing::TestCa;
+use support::{Behaviour, Downstream, Gateway, headers, send, server_tls};
 use tokio::io::AsyncWriteExt;
 
 /// The user's API: `POST /payments` creates a payment per request it sees (slowly when the body
@@ -258,5 +259,70 @@ async fn every_other_request_streams_through_untouched() {
     .await
     .unwrap();
     assert_eq!((missing.status, missing.outcome()), (404, ""));
+    gw.stop().await;
+}
+
+/// A sidecar in front of `upstream` (an `https://` URL), keying `POST /hook`, with `tls` as its
+/// `[api.tls]`.
+async fn https_sidecar(upstream: &str, tls: &str) -> (Gateway, String) {
+    let port = free_port().await;
+    let gw = Gateway::start(&format!(
+        "[[api]]\nname = \"hooks\"\nlisten = \"127.0.0.1:{port}\"\nupstream = {upstream:?}\nroutes = [\"POST /hook\"]\nretry_window = \"1h\"\nupstream_timeout = \"5s\"\n[api.tls]\n{tls}\n"
+    ))
+    .await;
+    (gw, format!("http://127.0.0.1:{port}/hook"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_is_trusted_through_api_tls_and_a_stranger_is_a_502_that_gives_the_key_back()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("upstream CA");
+    let ca_file = ca.write(dir.path(), "upstream");
+    let stranger_file = TestCa::new("stranger CA").write(dir.path(), "stranger");
+    let up = Downstream::start_https(
+        Behaviour::Ok,
+        server_tls(&ca.issue(&["127.0.0.1", "localhost"]), None),
+    )
+    .await;
+    let upstream = up.url.trim_end_matches("/hook").to_owned();
+    let trusting = |file: &std::path::Path| {
+        format!(
+            "ca_file = {:?}\nsystem_roots = false",
+            file.display().to_string()
+        )
+    };
+    // Its own CA: the keyed request reaches the upstream once, the retry gets its answer.
+    let (gw, url) = https_sidecar(&upstream, &trusting(&ca_file)).await;
+    let post = || send(Method::POST, &url, keyed("h-1"), Bytes::from("{}"));
+    let first = post().await.unwrap();
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    let retry = post().await.unwrap();
+    assert_eq!(retry.status, 200);
+    assert_eq!(retry.headers["idempotent-replayed"], "true");
+    assert_eq!(up.attempts("h-1").len(), 1);
+    assert_eq!(up.alpn(), [Some("http/1.1".to_owned())]);
+    gw.stop().await;
+    // Another CA: the handshake is refused, the client hears 502 naming why, and the key is
+    // given back (the request did not reach the upstream).
+    let (gw, url) = https_sidecar(&upstream, &trusting(&stranger_file)).await;
+    let refused = send(Method::POST, &url, keyed("h-2"), Bytes::from("{}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.outcome()),
+        (502, "upstream_unavailable"),
+        "{:?}",
+        refused.body
+    );
+    assert!(
+        refused.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("certificate"),
+        "{:?}",
+        refused.body
+    );
+    assert!(up.attempts("h-2").is_empty());
     gw.stop().await;
 }

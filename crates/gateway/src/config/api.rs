@@ -8,9 +8,17 @@ use axum::http::{self, HeaderName};
 use idemgate::idempotency_key::{KeyRules, Principal, ReleaseOn, Route};
 use idemgate_core::policy::{ContractTerms, TtlPolicy};
 use idemgate_core::{Human, SourceName};
+use idemgate_tls::{ClientTls, TlsError};
 use serde::Deserialize;
 
-use super::{ConfigError, check_listen};
+use super::tls::Peer;
+use super::{ConfigError, SourceTls, check_listen};
+
+/// An api's upstream, as its TLS errors name it.
+const UPSTREAM: Peer = Peer {
+    url_key: "upstream",
+    noun: "upstream",
+};
 
 /// One `[[api]]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -71,6 +79,10 @@ pub struct ApiConfig {
     pub release_on: Option<Vec<String>>,
     /// The largest keyed request body, in bytes (default 1 MiB; larger gets 413).
     pub body_limit: Option<usize>,
+    /// `[api.tls]`, for an `https://` upstream: the authorities trusted for it besides (or
+    /// instead of) the system's, and a client certificate shown when it asks for one; the same
+    /// keys as `[source.tls]`.
+    pub tls: Option<SourceTls>,
 }
 
 fn default_upstream_timeout() -> Duration {
@@ -92,6 +104,9 @@ pub struct ApiPolicy {
     pub upstream: http::Uri,
     /// `upstream_timeout`.
     pub upstream_timeout: Duration,
+    /// How an `https://` upstream is trusted (`[api.tls]`, or the system's authorities);
+    /// `None` for `http://`.
+    pub tls: Option<ClientTls>,
 }
 
 impl ApiConfig {
@@ -115,6 +130,7 @@ impl ApiConfig {
             e => e,
         })?;
         let upstream = self.upstream()?;
+        let tls = self.client_tls(&upstream)?;
         if self.routes.is_empty() {
             return Err(self.invalid(
                 "routes",
@@ -242,7 +258,30 @@ impl ApiConfig {
             rules,
             upstream,
             upstream_timeout: self.upstream_timeout,
+            tls,
         })
+    }
+
+    /// The TLS settings of an `https://` upstream (`[api.tls]`, or the system's authorities
+    /// without it), checked by reading every file they name; `None` for `http://`.
+    fn client_tls(&self, upstream: &http::Uri) -> Result<Option<ClientTls>, ConfigError> {
+        if upstream.scheme_str() != Some("https") {
+            if self.tls.is_some() {
+                return Err(self.invalid(
+                    "tls",
+                    "is set but upstream is http://, which speaks no TLS: use https://, or remove [api.tls]",
+                ));
+            }
+            return Ok(None);
+        }
+        UPSTREAM
+            .settings(self.tls.as_ref(), |key, why| self.invalid(key, why))
+            .map(Some)
+    }
+
+    /// `e` as a [`ConfigError`] naming the `[api.tls]` key of the file at fault.
+    pub(crate) fn tls_invalid(&self, e: &TlsError) -> ConfigError {
+        UPSTREAM.error(self.tls.is_some(), e, |key, why| self.invalid(key, why))
     }
 
     fn upstream(&self) -> Result<http::Uri, ConfigError> {

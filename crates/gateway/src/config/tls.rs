@@ -45,6 +45,103 @@ impl SourceTls {
     }
 }
 
+/// The peer a TLS setting is for: the key of its URL and what it is called in messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    /// The key of the URL that speaks TLS (`forward_url`, `upstream`).
+    pub url_key: &'static str,
+    /// What the peer is (`destination`, `upstream`).
+    pub noun: &'static str,
+}
+
+impl Peer {
+    /// The client settings of a TLS peer reached with `tls` (`None`: the system's authorities
+    /// alone), checked by reading every file they name. `invalid` makes the error of a key.
+    ///
+    /// # Errors
+    /// Half a client identity, nothing trusted, or a file that cannot be used (the file and
+    /// why), each naming its key.
+    pub(crate) fn settings(
+        self,
+        tls: Option<&SourceTls>,
+        invalid: impl Fn(&'static str, String) -> ConfigError,
+    ) -> Result<ClientTls, ConfigError> {
+        let settings = match tls {
+            Some(t) => {
+                match (&t.client_cert, &t.client_key) {
+                    (Some(_), None) => {
+                        return Err(invalid(
+                            "tls.client_key",
+                            "is needed with tls.client_cert: the private key of the client certificate".to_owned(),
+                        ));
+                    }
+                    (None, Some(_)) => {
+                        return Err(invalid(
+                            "tls.client_cert",
+                            "is needed with tls.client_key: the certificate the key belongs to"
+                                .to_owned(),
+                        ));
+                    }
+                    _ => {}
+                }
+                if !t.system_roots && t.ca_file.is_none() {
+                    return Err(invalid(
+                        "tls.ca_file",
+                        "is needed with tls.system_roots = false, or nothing would be trusted"
+                            .to_owned(),
+                    ));
+                }
+                t.client_tls()
+            }
+            None => ClientTls::default(),
+        };
+        // Every file is read now, so a bad one stops the gateway at start, not at a request.
+        settings
+            .config()
+            .map_err(|e| self.error(tls.is_some(), &e, invalid))?;
+        Ok(settings)
+    }
+
+    /// `e` as the error of the key at fault: the `tls.*` key of the file, or the URL's when
+    /// nothing is trusted and no `tls` was set.
+    pub(crate) fn error(
+        self,
+        tls_set: bool,
+        e: &TlsError,
+        invalid: impl Fn(&'static str, String) -> ConfigError,
+    ) -> ConfigError {
+        let key = match e {
+            TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
+                "client certificate" => "tls.client_cert",
+                "client key" => "tls.client_key",
+                _ => "tls.ca_file",
+            },
+            TlsError::Identity { .. } => "tls.client_cert",
+            TlsError::HalfIdentity {
+                given: "certificate",
+            } => "tls.client_key",
+            TlsError::HalfIdentity { .. } => "tls.client_cert",
+            TlsError::NoRoots if !tls_set => {
+                return invalid(
+                    self.url_key,
+                    format!(
+                        "speaks TLS but this machine trusts no certificate authority: set tls.ca_file to the {}'s CA",
+                        self.noun
+                    ),
+                );
+            }
+            _ => "tls.ca_file",
+        };
+        invalid(key, e.to_string())
+    }
+}
+
+/// A source's destination.
+const DESTINATION: Peer = Peer {
+    url_key: "forward_url",
+    noun: "destination",
+};
+
 impl SourceConfig {
     /// The TLS settings of an `https://` `forward_url` (`[source.tls]`, or the system's
     /// authorities without it), checked by reading every file they name; `None` for an
@@ -71,59 +168,13 @@ impl SourceConfig {
             }
             return Ok(None);
         }
-        let tls = match &self.tls {
-            Some(t) => {
-                match (&t.client_cert, &t.client_key) {
-                    (Some(_), None) => {
-                        return Err(self.invalid(
-                            "tls.client_key",
-                            "is needed with tls.client_cert: the private key of the client certificate",
-                        ));
-                    }
-                    (None, Some(_)) => {
-                        return Err(self.invalid(
-                            "tls.client_cert",
-                            "is needed with tls.client_key: the certificate the key belongs to",
-                        ));
-                    }
-                    _ => {}
-                }
-                if !t.system_roots && t.ca_file.is_none() {
-                    return Err(self.invalid(
-                        "tls.ca_file",
-                        "is needed with tls.system_roots = false, or nothing would be trusted",
-                    ));
-                }
-                t.client_tls()
-            }
-            None => ClientTls::default(),
-        };
-        // Every file is read now, so a bad one stops the gateway at start, not at a forward.
-        tls.config().map_err(|e| self.tls_invalid(&e))?;
-        Ok(Some(tls))
+        DESTINATION
+            .settings(self.tls.as_ref(), |key, why| self.invalid(key, why))
+            .map(Some)
     }
 
     /// `e` as a [`ConfigError`] naming the `[source.tls]` key of the file at fault.
     pub(crate) fn tls_invalid(&self, e: &TlsError) -> ConfigError {
-        let key = match e {
-            TlsError::Read { what, .. } | TlsError::Pem { what, .. } => match *what {
-                "client certificate" => "tls.client_cert",
-                "client key" => "tls.client_key",
-                _ => "tls.ca_file",
-            },
-            TlsError::Identity { .. } => "tls.client_cert",
-            TlsError::HalfIdentity {
-                given: "certificate",
-            } => "tls.client_key",
-            TlsError::HalfIdentity { .. } => "tls.client_cert",
-            TlsError::NoRoots if self.tls.is_none() => {
-                return self.invalid(
-                    "forward_url",
-                    "speaks TLS but this machine trusts no certificate authority: set tls.ca_file to the destination's CA",
-                );
-            }
-            _ => "tls.ca_file",
-        };
-        self.invalid(key, e.to_string())
+        DESTINATION.error(self.tls.is_some(), e, |key, why| self.invalid(key, why))
     }
 }
