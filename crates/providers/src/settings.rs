@@ -340,6 +340,66 @@ mod tests {
     }
 
     #[test]
+    fn each_key_set_is_named_by_its_own_name() {
+        let one = |f: fn(&mut Keys)| {
+            let mut keys = Keys::default();
+            f(&mut keys);
+            keys.set().collect::<Vec<_>>()
+        };
+        /// A key's name, and how to set it alone.
+        type Setter = (&'static str, fn(&mut Keys));
+        let each: [Setter; 21] = [
+            ("audience", |k| k.audience = Some(String::new())),
+            ("issuers", |k| k.issuers = Some(Vec::new())),
+            ("service_account", |k| {
+                k.service_account = Some(String::new())
+            }),
+            ("jwks_file", |k| k.jwks_file = Some(PathBuf::new())),
+            ("jwks_url", |k| k.jwks_url = Some(String::new())),
+            ("allow_any_service_account", |k| {
+                k.allow_any_service_account = Some(true);
+            }),
+            ("cert_hosts", |k| k.cert_hosts = Some(Vec::new())),
+            ("sns_subscription", |k| k.sns_subscription = true),
+            ("topic_arns", |k| k.topic_arns = Some(Vec::new())),
+            ("allow_any_topic", |k| k.allow_any_topic = Some(true)),
+            ("fetch_ca_file", |k| k.fetch_ca_file = Some(PathBuf::new())),
+            ("signed_url", |k| k.signed_url = Some(String::new())),
+            ("signature_header", |k| {
+                k.signature_header = Some(String::new())
+            }),
+            ("signature_encoding", |k| {
+                k.signature_encoding = Some(String::new());
+            }),
+            ("signature_prefix", |k| {
+                k.signature_prefix = Some(String::new())
+            }),
+            ("signature_algorithm", |k| {
+                k.signature_algorithm = Some(String::new());
+            }),
+            ("signed_payload", |k| k.signed_payload = Some(String::new())),
+            ("timestamp_header", |k| {
+                k.timestamp_header = Some(String::new())
+            }),
+            ("event_id_header", |k| {
+                k.event_id_header = Some(String::new())
+            }),
+            ("event_id_pointer", |k| {
+                k.event_id_pointer = Some(String::new())
+            }),
+            ("event_id_field", |k| k.event_id_field = Some(String::new())),
+        ];
+        for (name, f) in each {
+            assert_eq!(one(f), [name], "{name}");
+        }
+        let mut names: Vec<_> = each.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        let mut known = Keys::NAMES.to_vec();
+        known.sort_unstable();
+        assert_eq!(names, known, "every key is covered once");
+    }
+
+    #[test]
     fn every_key_is_taken_by_some_provider() {
         for key in Keys::NAMES {
             assert!(
