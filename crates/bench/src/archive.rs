@@ -47,16 +47,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let bin = match &args.idemgate {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("idemgate"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p idemgate-cli`, or pass --idemgate",
-            bin.display()
-        );
-    }
+    let bin = crate::gateway::idemgate_binary(args.idemgate.as_deref())?;
     let url = &args.postgres.url;
     let admin = crate::pg::admin(url).await?;
     let schema = format!("bench_archive_{}", std::process::id());

@@ -263,8 +263,16 @@ pub fn binary(args: &Args) -> anyhow::Result<PathBuf> {
         "--duplicates must be a share from 0 up to (not including) 1, not {}",
         args.duplicates
     );
-    let bin = match &args.idemgate {
-        Some(p) => p.clone(),
+    idemgate_binary(args.idemgate.as_deref())
+}
+
+/// The `idemgate` binary: `explicit` (`--idemgate`), or the one beside this binary.
+///
+/// # Errors
+/// No such file (with how to build it).
+pub(crate) fn idemgate_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let bin = match explicit {
+        Some(p) => p.to_owned(),
         None => std::env::current_exe()?.with_file_name("idemgate"),
     };
     if !bin.exists() {
@@ -274,6 +282,30 @@ pub fn binary(args: &Args) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(bin)
+}
+
+/// `npm ci` in `dir` unless its `node_modules` is there already; `needed_for` and `skip` word
+/// the errors (what the packages are for, and the flag that does without them).
+///
+/// # Errors
+/// npm could not be run, or failed.
+pub(crate) async fn npm_ci(dir: &Path, needed_for: &str, skip: &str) -> anyhow::Result<()> {
+    if dir.join("node_modules").is_dir() {
+        return Ok(());
+    }
+    eprintln!("npm ci in {}", dir.display());
+    let status = tokio::process::Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::io::stderr()))
+        .status()
+        .await
+        .with_context(|| format!("cannot run npm (needed once, {needed_for}; {skip})"))?;
+    if !status.success() {
+        bail!("npm ci in {} failed ({status}); {skip}", dir.display());
+    }
+    Ok(())
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -1126,23 +1158,12 @@ fn tutorial_dir() -> PathBuf {
 /// The tutorial receiver on PostgreSQL, in a schema of its own, dropped after.
 async fn tutorial(args: &Args) -> anyhow::Result<Run> {
     let dir = tutorial_dir();
-    if !dir.join("node_modules").is_dir() {
-        eprintln!("gateway: npm ci in {}", dir.display());
-        let status = tokio::process::Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .await
-            .context("cannot run npm (needed once, to install the tutorial receiver's packages; --tutorial off skips it)")?;
-        if !status.success() {
-            bail!(
-                "npm ci in {} failed ({status}); --tutorial off skips the tutorial receiver",
-                dir.display()
-            );
-        }
-    }
+    npm_ci(
+        &dir,
+        "to install the tutorial receiver's packages",
+        "--tutorial off skips the tutorial receiver",
+    )
+    .await?;
     let schema = schema("bench_tutorial");
     let result = tutorial_in(&dir, &schema, args).await;
     let dropped = drop_schema(&args.postgres.url, &schema).await;

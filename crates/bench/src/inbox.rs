@@ -51,16 +51,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let bin = match &args.idemgate {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("idemgate"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p idemgate-cli`, or pass --idemgate",
-            bin.display()
-        );
-    }
+    let bin = crate::gateway::idemgate_binary(args.idemgate.as_deref())?;
     let (down, delivered) = downstream(args.delay).await?;
     let mut rows = Vec::new();
     let mut acks = Vec::new();

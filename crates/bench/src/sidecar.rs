@@ -48,7 +48,9 @@ use hyper_util::rt::TokioIo;
 use idemgate_chart::{BarLayout, Bars, Frame, Mark, Series};
 use tokio::io::AsyncBufReadExt;
 
-use crate::gateway::{free_port, node_version, parent, serve, stack, tree_peak_rss_kib};
+use crate::gateway::{
+    free_port, idemgate_binary, node_version, npm_ci, parent, serve, stack, tree_peak_rss_kib,
+};
 use crate::report::{Latency, ms, table};
 
 /// The target: the sidecar's p99 at most this much over a direct call, at 64 connections.
@@ -626,23 +628,12 @@ fn harness_dir() -> PathBuf {
 /// The Express proxy (`express_proxy.mjs`) in front of `up`.
 async fn express(args: &Args, up: SocketAddr) -> anyhow::Result<Proxy> {
     let dir = harness_dir();
-    if !dir.join("node_modules").is_dir() {
-        eprintln!("sidecar: npm ci in {}", dir.display());
-        let status = tokio::process::Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .await
-            .context("cannot run npm (needed once, to install express-idempotency; --express off skips it)")?;
-        if !status.success() {
-            bail!(
-                "npm ci in {} failed ({status}); --express off skips express-idempotency",
-                dir.display()
-            );
-        }
-    }
+    npm_ci(
+        &dir,
+        "to install express-idempotency",
+        "--express off skips express-idempotency",
+    )
+    .await?;
     let addr = free_port()?;
     let mut child = tokio::process::Command::new(&args.node)
         .arg("express_proxy.mjs")
@@ -745,20 +736,6 @@ impl PathRun {
     }
 }
 
-fn binary(args: &Args) -> anyhow::Result<PathBuf> {
-    let bin = match &args.idemgate {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("idemgate"),
-    };
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p idemgate-cli`, or pass --idemgate",
-            bin.display()
-        );
-    }
-    Ok(bin)
-}
-
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.connections > 0, "--connections must be at least 1");
     anyhow::ensure!(args.requests > 0, "--requests must be at least 1");
@@ -772,7 +749,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.express_workers > 0,
         "--express-workers must be at least 1"
     );
-    let bin = binary(&args)?;
+    let bin = idemgate_binary(args.idemgate.as_deref())?;
     let service = Duration::from_millis(args.service_ms);
     let (up, upstream) = upstream(service).await?;
     eprintln!(
