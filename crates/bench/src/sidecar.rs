@@ -15,11 +15,13 @@
 //!   binary; (c) Express with express-idempotency's middleware and its default in-memory adapter,
 //!   as its README sets it up, proxying the keyed POST to the same upstream
 //!   (`tests/sidecar/express_proxy.mjs`, on the machine's `node`; `npm ci` on first use; one
-//!   process unless `--express-workers`). Each path takes `--warmup` requests of their own
+//!   process unless `--express-workers`). With `--passthrough`, also (d) a second `idemgate
+//!   serve` whose `[[api]]` does not key the route, so every request streams through it
+//!   untouched: what the proxy hop costs without the store. Each path takes `--warmup` requests of their own
 //!   first, unmeasured. With `--rate`, the requests are sent on a schedule instead (request i
 //!   due i / rate seconds into the round) and each is timed from when it was due, so what the
 //!   path adds is seen below its ceiling, a stall counted in full. `--rounds` (3) runs the
-//!   three paths in turn that many times; the table
+//!   paths in turn that many times; the table
 //!   quotes each figure's median over the rounds, and every round is printed below it.
 //! - Concurrency, same run: `--race-keys` keys (500), each sent by `--copies` (8) concurrent
 //!   copies at once (each copy on a connection of its own), through (b) and (c): keys the
@@ -88,7 +90,7 @@ pub struct Args {
     /// its next request when the last is answered (as fast as the path goes).
     #[arg(long)]
     rate: Option<u32>,
-    /// Rounds: the three paths in turn, this many times; figures are the rounds' medians.
+    /// Rounds: the paths in turn, this many times; figures are the rounds' medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Requests each path takes first, unmeasured (connection pools, a JIT, the store's pages).
@@ -121,6 +123,10 @@ pub struct Args {
     /// disk here; a tmpfs such as `/dev/shm` takes the disk's flushes out of the figures).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Also measure a second sidecar whose `[[api]]` does not key the route, so every request
+    /// streams through it untouched: what the proxy hop alone costs, without the store.
+    #[arg(long)]
+    passthrough: bool,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -131,6 +137,9 @@ pub struct Args {
 enum Via {
     Direct,
     Sidecar,
+    /// `idemgate serve` with an `[[api]]` whose routes do not name the route: every request
+    /// streams through untouched (the proxy hop alone, no store).
+    Passthrough,
     Express,
 }
 
@@ -139,6 +148,9 @@ impl Via {
         match self {
             Self::Direct => "direct to the upstream".to_owned(),
             Self::Sidecar => "idemgate serve [[api]], SQLite".to_owned(),
+            Self::Passthrough => {
+                "idemgate serve [[api]], route not keyed (proxy hop only)".to_owned()
+            }
             Self::Express => format!(
                 "Express + express-idempotency (in-memory), {} process{}",
                 args.express_workers,
@@ -151,6 +163,7 @@ impl Via {
         match self {
             Self::Direct => "direct",
             Self::Sidecar => "idemgate sidecar",
+            Self::Passthrough => "sidecar, not keyed",
             Self::Express => "express-idempotency",
         }
     }
@@ -160,6 +173,7 @@ impl Via {
         match self {
             Self::Direct => "direct",
             Self::Sidecar => "sidecar",
+            Self::Passthrough => "passthrough",
             Self::Express => "express",
         }
     }
@@ -586,7 +600,13 @@ impl Proxy {
 }
 
 /// `idemgate serve` with one `[[api]]` for the route in front of `up`, on a fresh SQLite store.
-async fn sidecar(bin: &Path, up: SocketAddr, data_dir: Option<&Path>) -> anyhow::Result<Proxy> {
+/// With `keyed` false its routes name another route, so the measured one streams through.
+async fn sidecar(
+    bin: &Path,
+    up: SocketAddr,
+    data_dir: Option<&Path>,
+    keyed: bool,
+) -> anyhow::Result<Proxy> {
     let dir = match data_dir {
         Some(parent) => tempfile::tempdir_in(parent)
             .with_context(|| format!("a data dir in {}", parent.display()))?,
@@ -596,8 +616,9 @@ async fn sidecar(bin: &Path, up: SocketAddr, data_dir: Option<&Path>) -> anyhow:
     let config = format!(
         "listen = \"{listen}\"\n[store]\nkind = \"sqlite\"\npath = {:?}\n\n\
          [[api]]\nname = \"payments\"\nlisten = \"{api}\"\nupstream = \"http://{up}\"\n\
-         routes = [\"POST {ROUTE}\"]\nretry_window = \"24h\"\n",
-        dir.path().join("data").display().to_string()
+         routes = [\"POST {route}\"]\nretry_window = \"24h\"\n",
+        dir.path().join("data").display().to_string(),
+        route = if keyed { ROUTE } else { "/v1/not-this-one" },
     );
     let path = dir.path().join("idemgate.toml");
     std::fs::write(&path, config)?;
@@ -612,7 +633,11 @@ async fn sidecar(bin: &Path, up: SocketAddr, data_dir: Option<&Path>) -> anyhow:
         .await
         .with_context(|| format!("the sidecar did not listen on {api} within 20 s"))?;
     Ok(Proxy {
-        via: Via::Sidecar,
+        via: if keyed {
+            Via::Sidecar
+        } else {
+            Via::Passthrough
+        },
         addr: api,
         child,
         pid,
@@ -757,7 +782,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.service_ms
     );
 
-    let mut proxies = vec![sidecar(&bin, up, args.data_dir.as_deref()).await?];
+    let mut proxies = vec![sidecar(&bin, up, args.data_dir.as_deref(), true).await?];
+    if args.passthrough {
+        proxies.push(sidecar(&bin, up, args.data_dir.as_deref(), false).await?);
+    }
     let skipped = match args.express {
         Express::Off => Some("skipped (--express off)".to_owned()),
         Express::On => match node_version(&args.node).await {
@@ -865,7 +893,7 @@ async fn measure(
     for (&(via, addr, _), run) in paths.iter().zip(runs.iter_mut()) {
         // Every measured key once: the rounds' prefixes are `{tag}-r`.
         run.created = upstream.created(&format!("{}-r", via.tag()));
-        if via == Via::Direct {
+        if matches!(via, Via::Direct | Via::Passthrough) {
             continue;
         }
         eprintln!(
@@ -1090,6 +1118,13 @@ fn verdicts(runs: &[PathRun], direct: &PathRun, args: &Args) -> Vec<String> {
     for r in runs {
         match r.via {
             Via::Direct => {}
+            Via::Passthrough => {
+                let (d, _) = r.over(direct, |l| l.p99);
+                out.push(format!(
+                    "{}: p99 {d:+.2} ms over a direct call (no target: what the proxy hop costs without the store)",
+                    r.via.label(args)
+                ));
+            }
             Via::Sidecar => {
                 let (d, _) = r.over(direct, |l| l.p99);
                 let pace = args
