@@ -83,7 +83,11 @@ pub struct SqliteOptions {
     /// The most commands one transaction takes.
     pub batch_max: usize,
     /// How long the writer may wait for more commands when fewer are waiting than recent batches
-    /// held. A lone caller never waits: its batch size is one.
+    /// held. A lone caller never waits: its batch size is one. The default, 150 µs, is about
+    /// half a commit on a virtual disk: callers in a closed loop (workers claiming back to back)
+    /// are back within it, so their batches stay whole, while requests arriving on their own
+    /// (a sidecar, a gateway below its ceiling) wait little for company (BENCHMARKS.md, "The
+    /// SQLite writer's linger").
     pub linger: Duration,
     /// The store's clock.
     pub clock: Arc<dyn Clock>,
@@ -93,7 +97,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         Self {
             batch_max: 1024,
-            linger: Duration::from_micros(500),
+            linger: Duration::from_micros(150),
             clock: Arc::new(SteadyClock::new()),
         }
     }
