@@ -36,6 +36,7 @@ mod fault;
 mod gateway;
 mod health;
 mod http;
+mod keyed;
 mod load;
 mod nats;
 mod pg;

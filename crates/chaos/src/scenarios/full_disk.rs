@@ -1,13 +1,21 @@
-//! `full-disk`: the SQLite store lives on a small tmpfs the harness mounts itself (8 MiB at the
+//! `full-disk`: the SQLite store lives on a small tmpfs the harness mounts itself (12 MiB at the
 //! default sizes; more for more events, so the store alone never fills it). At
 //! 30% of the load a filler file takes its last byte; once a delivery has been refused for it
 //! (or after 10 s), the disk stays full for `--disk-full-for` (2 s) more, then the filler is
 //! removed.
 //!
+//! Beside the webhook load, the gateway runs an `Idempotency-Key` sidecar (an `[[api]]`) on the
+//! same store, in front of an upstream that counts the payments it creates per key, and clients
+//! send new keys through it from the start to a second after the disk has room again (see
+//! `keyed`): claims taken before the disk filled complete, with their kept responses, while it
+//! is full.
+//!
 //! Expected: deliveries are answered 503 while the disk is full; `/healthz` answers 503, its
 //! store component saying "its writes fail", as long as they do, and 200 once writes succeed
 //! again; no event is lost or processed twice. What `/healthz` said while full is the
-//! verdict's headline: a `200 ok` while the store's writes failed fails the scenario.
+//! verdict's headline: a `200 ok` while the store's writes failed fails the scenario. Every key
+//! is created once by the upstream, its client ends holding that first answer, and the key sent
+//! again is answered with it, replayed.
 
 use std::time::Duration;
 
@@ -17,6 +25,7 @@ use crate::clock::ms;
 use crate::disk::Tmpfs;
 use crate::fault::{self, Window};
 use crate::health::{self, Probe, Prober};
+use crate::keyed::{self, Clients, Upstream};
 use crate::load::Outcome;
 use crate::run::{Run, sqlite_store};
 use crate::verdict::Verdict;
@@ -24,18 +33,25 @@ use crate::verdict::Verdict;
 /// The tmpfs's size at the default sizes: the store's files take about 4 MiB at 30% of the load
 /// (most of it SQLite's write-ahead log).
 const DISK_MIB: u32 = 8;
+/// What the keyed requests through the sidecar add to the store, at most.
+const KEYED_MIB: u32 = 4;
 /// What each event adds to the store, at most, once its history is written: 2 KiB.
 const EVENTS_PER_MIB: u32 = 512;
 /// How long the scenario waits for the full disk to refuse a write.
 const WAIT_FOR_FAILURE: Duration = Duration::from_secs(10);
+/// Clients sending keys through the sidecar at once, each one key after another.
+const KEYED_CLIENTS: usize = 8;
+/// How long a key's client may go on sending it, from the load's start.
+const KEYED_DEADLINE: Duration = Duration::from_secs(120);
 /// What the store component says while its writes fail.
 const WRITES_FAIL: &str = "its writes fail";
 
 pub async fn full_disk(ctx: &Ctx) -> anyhow::Result<Verdict> {
     let mut run = Run::new(ctx, "full-disk", short_lease(), quick()).await?;
-    let mib = DISK_MIB.max(6 + ctx.sizes.events / EVENTS_PER_MIB);
+    let mib = DISK_MIB.max(6 + ctx.sizes.events / EVENTS_PER_MIB) + KEYED_MIB;
     let disk = Tmpfs::mount(&run.dir.join("disk"), mib, ctx.registry.clone()).await?;
-    let result = play(ctx, &mut run, &disk, mib).await;
+    let upstream = Upstream::start().await?;
+    let result = play(ctx, &mut run, &disk, mib, &upstream).await;
     // The gateway is stopped (by `finish`, or by the cleanup on an error) before the unmount.
     for g in &mut run.gateways {
         g.stop().await;
@@ -44,11 +60,30 @@ pub async fn full_disk(ctx: &Ctx) -> anyhow::Result<Verdict> {
     result
 }
 
-async fn play(ctx: &Ctx, run: &mut Run<'_>, disk: &Tmpfs, mib: u32) -> anyhow::Result<Verdict> {
+async fn play(
+    ctx: &Ctx,
+    run: &mut Run<'_>,
+    disk: &Tmpfs,
+    mib: u32,
+    upstream: &Upstream,
+) -> anyhow::Result<Verdict> {
     run.add_gateways(1, &sqlite_store(&disk.dir, SECS(60)))?;
+    let api: std::net::SocketAddr =
+        format!("127.0.0.1:{}", crate::gateway::free_port()?).parse()?;
+    run.gateway(1)?
+        .extra_toml
+        .push_str(&keyed::api_toml(api, upstream.addr));
     run.start_gateways().await?;
     let spec = run.spec();
     run.load(spec);
+    let clients = Clients::start(
+        ctx.client.clone(),
+        ctx.clock,
+        api,
+        &format!("key-{}", run.tag),
+        KEYED_CLIENTS,
+        run.clock().after(KEYED_DEADLINE),
+    );
     run.reach(0.3).await?;
     let prober = Prober::start(
         ctx.client.clone(),
@@ -89,9 +124,24 @@ async fn play(ctx: &Ctx, run: &mut Run<'_>, disk: &Tmpfs, mib: u32) -> anyhow::R
     disk.free()?;
     let end = run.clock().now();
     run.note("filler removed: the disk has room again");
+    tokio::time::sleep(SECS(1)).await;
+    let ends = clients.finish().await;
+    run.note(format!(
+        "{} keys sent through the sidecar; every key's client ended",
+        ends.len()
+    ));
     run.settle(SECS(15)).await?;
     let probes = prober.stop().await;
     let mut v = run.finish().await?;
+    let judged = keyed::judge(&ends, &upstream.created());
+    v.notes.extend(judged.notes);
+    v.failures.extend(judged.failures);
+    if keyed::answered(&ends, "503") == 0 {
+        v.failures.push(
+            "no keyed request was answered 503 while the disk was full: the fault did not hit the sidecar"
+                .into(),
+        );
+    }
 
     let refused = run
         .answers
