@@ -6,6 +6,12 @@
 //! once a claim waited its 3 s, later ones within about 1 s once the store is known failing;
 //! once the link carries again, the gateway recovers within seconds (the figure), and no event
 //! is lost or processed twice. `/healthz` is asked meanwhile and what it said is shown.
+//!
+//! The gateway also runs an `Idempotency-Key` sidecar on the store (see `keyed`), whose clients
+//! send new keys through it from the start to a second after the outage: claims caught by the
+//! outage are answered 503, completions waiting for it are retried in the background (the key's
+//! copies answered 409 meanwhile). Expected: the upstream creates every key once, each client
+//! holds that first answer, and the key sent again is answered with it, replayed.
 
 use std::net::SocketAddr;
 
@@ -18,6 +24,7 @@ use crate::clock::ms;
 use crate::fault::{self, Window, quantile};
 use crate::gateway::SourceSpec;
 use crate::health::{self, Prober};
+use crate::keyed::{self, Clients, Upstream};
 use crate::load::Outcome;
 use crate::run::{Run, postgres_store};
 use crate::verdict::Verdict;
@@ -25,6 +32,8 @@ use crate::verdict::Verdict;
 /// Once the store is known failing, a claim waits 1 s: an answer later than this, sent then,
 /// means the gateway waited as if it did not know.
 const KNOWN_FAILING_P99: u64 = 2_000_000;
+/// Clients sending keys through the sidecar at once, each one key after another.
+const KEYED_CLIENTS: usize = 8;
 /// No answer sent during the outage may take longer than this (a claim waits 3 s at most).
 const OUTAGE_MAX: u64 = 5_000_000;
 
@@ -46,9 +55,22 @@ pub async fn postgres_blackhole(ctx: &Ctx) -> anyhow::Result<Verdict> {
         1,
         &postgres_store(&pg.url_via(link.addr()), &schema(&run), "batched", SECS(60)),
     )?;
+    let upstream = Upstream::start().await?;
+    let api: SocketAddr = format!("127.0.0.1:{}", crate::gateway::free_port()?).parse()?;
+    run.gateway(1)?
+        .extra_toml
+        .push_str(&keyed::api_toml(api, upstream.addr));
     run.start_gateways().await?;
     let spec = run.spec();
     run.load(spec);
+    let clients = Clients::start(
+        ctx.client.clone(),
+        ctx.clock,
+        api,
+        &format!("key-{}", run.tag),
+        KEYED_CLIENTS,
+        run.clock().after(SECS(120)),
+    );
     run.reach(0.3).await?;
     let prober = Prober::start(
         ctx.client.clone(),
@@ -66,10 +88,25 @@ pub async fn postgres_blackhole(ctx: &Ctx) -> anyhow::Result<Verdict> {
     link.set(LinkMode::Forward);
     let end = run.clock().now();
     run.note("the link carries again");
+    tokio::time::sleep(SECS(1)).await;
+    let ends = clients.finish().await;
+    run.note(format!(
+        "{} keys sent through the sidecar; every key's client ended",
+        ends.len()
+    ));
     run.settle(SECS(20)).await?;
     let probes = prober.stop().await;
     let mut v = run.finish().await?;
     drop(link);
+    let judged = keyed::judge(&ends, &upstream.created());
+    v.notes.extend(judged.notes);
+    v.failures.extend(judged.failures);
+    if keyed::answered(&ends, "503") == 0 {
+        v.failures.push(
+            "no keyed request was answered 503 during the outage: the fault did not hit the sidecar"
+                .into(),
+        );
+    }
 
     let during = |a: &&crate::load::Answer| a.sent >= start && a.sent <= end;
     let refused: Vec<&crate::load::Answer> = run
