@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::advise::Observation;
-use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder};
+use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, Holder, Record};
 use crate::inbox::{
     DeadLetter, Failure, Inbox, InboxStats, ItemRef, QueueEntry, QueuedItem, ReplayFilter, Taken,
 };
@@ -137,6 +137,8 @@ pub trait Store: Capabilities + Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<Timestamp, StoreError>>;
     /// [`ClaimStore::lookup`].
     fn lookup<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<EventView, StoreError>>;
+    /// [`ClaimStore::record`].
+    fn record<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     /// [`Identity::store_id`].
     fn store_id(&self) -> &str;
 }
@@ -170,6 +172,9 @@ where
     }
     fn lookup<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<EventView, StoreError>> {
         Box::pin(ClaimStore::lookup(self, key))
+    }
+    fn record<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>, StoreError>> {
+        Box::pin(ClaimStore::record(self, key))
     }
     fn store_id(&self) -> &str {
         Identity::store_id(self)

@@ -13,7 +13,9 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::claim::{ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Holder};
+use crate::claim::{
+    ClaimOutcome, ClaimRequest, ClaimToken, EventView, HistoryOutcome, Holder, Record,
+};
 use crate::key::{EventId, InstanceName, Key, SourceName};
 use crate::result::{RecordResult, StoredResult};
 use crate::time::Timestamp;
@@ -111,6 +113,17 @@ pub trait ClaimStore: Send + Sync {
     /// # Errors
     /// [`StoreError::Backend`].
     fn lookup(&self, key: &Key) -> impl Future<Output = Result<EventView, StoreError>> + Send;
+
+    /// The live record of one event (none if absent or expired), without its history: what a
+    /// duplicate's kept result is read from, and what a copy waiting for its first request
+    /// polls. The default reads it through [`ClaimStore::lookup`]; an engine that can skip the
+    /// history reads only the record.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn record(&self, key: &Key) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        async move { self.lookup(key).await.map(|view| view.record) }
+    }
 }
 
 /// Which store this is: an id created with the store's schema and kept in it, so that two stores

@@ -138,6 +138,7 @@ macro_rules! conformance_tests {
             a_result_over_the_limit_is_refused_and_the_claim_completes,
             a_result_under_a_stale_token_is_refused_and_stores_nothing,
             a_result_expires_with_its_record,
+            the_record_alone_reads_as_lookup_does,
             a_released_or_on_receipt_claim_has_no_result,
             completing_again_keeps_the_first_result,
         );

@@ -484,7 +484,7 @@ impl Dedup {
         expires_at: Timestamp,
     ) -> Result<Option<RecordResult>, StoreError> {
         let wait = self.store_wait();
-        let view = tokio::time::timeout(wait, self.inner.store.lookup(key))
+        let record = tokio::time::timeout(wait, self.inner.store.record(key))
             .await
             .unwrap_or_else(|_| {
                 Err(StoreError::backend(
@@ -495,8 +495,7 @@ impl Dedup {
                     crate::health::NoAnswer,
                 ))
             })?;
-        Ok(view
-            .record
+        Ok(record
             .filter(|r| r.expires_at == expires_at && r.state == RecordState::Done)
             .map(|r| r.result))
     }

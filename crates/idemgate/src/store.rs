@@ -28,7 +28,7 @@ use idemgate_core::store::{
 use idemgate_core::sweep::{SweepOptions, SweepReport};
 use idemgate_core::{
     Capabilities, ClaimOutcome, ClaimRequest, ClaimToken, Clock, EventView, HistoryRetention,
-    Holder, Key, MemoryStore, RecordResult, SourceName, Store, Timestamp,
+    Holder, Key, MemoryStore, Record, RecordResult, SourceName, Store, Timestamp,
 };
 
 #[cfg_attr(
@@ -410,6 +410,9 @@ impl ClaimStore for AnyStore {
     }
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.store.lookup(key).await
+    }
+    async fn record(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        self.store.record(key).await
     }
 }
 

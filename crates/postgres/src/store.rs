@@ -11,7 +11,8 @@ use idemgate_core::advise::{Observation, Tally};
 use idemgate_core::{
     Boot, BootRequest, ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView,
     HistoryOutcome, HistoryQuery, HistoryRetention, Holder, Identity, Instances, Key, LiveBoot,
-    RecordResult, SourceName, Stats, StoreError, StoreStats, Timeline, TimelineCounts, Timestamp,
+    Record, RecordResult, SourceName, Stats, StoreError, StoreStats, Timeline, TimelineCounts,
+    Timestamp,
 };
 
 use crate::batch::{Batcher, Claim, Claims, Finish, Finishes};
@@ -463,6 +464,24 @@ impl ClaimStore for PgStore {
             record,
             history,
         })
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(source = %key.source, event_id = %key.event_id))]
+    async fn record(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        const CONTEXT: &str = "reading an event's record";
+        let client = self.inner.db.client().await?;
+        let stmt = client
+            .prepare_cached(LOOKUP_RECORD)
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        let rows = client
+            .query(&stmt, &[&key.source.as_str(), &key.event_id.as_str()])
+            .await
+            .map_err(PgError::db(CONTEXT))?;
+        Ok(rows
+            .first()
+            .map(|row| row::record_of(row, CONTEXT))
+            .transpose()?)
     }
 }
 

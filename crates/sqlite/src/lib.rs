@@ -523,6 +523,17 @@ impl ClaimStore for SqliteStore {
         })
         .await
     }
+
+    #[tracing::instrument(name = "sqlite_record", level = "debug", skip_all, fields(source = %key.source, event_id = %key.event_id))]
+    async fn record(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        let key = key.clone();
+        self.read(move |conn, now| {
+            Ok(read_record(conn, &key)
+                .map_err(sql(format!("cannot read the record of {key}")))?
+                .filter(|r| now < r.expires_at))
+        })
+        .await
+    }
 }
 
 impl Identity for SqliteStore {

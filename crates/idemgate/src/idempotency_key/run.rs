@@ -155,9 +155,9 @@ async fn first_ends(dedup: &Dedup, key: &Key, lease_left: Duration, deadline: In
         if Instant::now() >= lapses {
             return true;
         }
-        let read = tokio::time::timeout(dedup.store_wait(), dedup.store().lookup(key)).await;
+        let read = tokio::time::timeout(dedup.store_wait(), dedup.store().record(key)).await;
         match read {
-            Ok(Ok(view)) => match view.record {
+            Ok(Ok(record)) => match record {
                 Some(record) if record.state == RecordState::Processing => {}
                 _ => return true,
             },

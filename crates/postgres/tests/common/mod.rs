@@ -134,6 +134,9 @@ impl ClaimStore for TestStore {
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.store.lookup(key).await
     }
+    async fn record(&self, key: &Key) -> Result<Option<idemgate_core::Record>, StoreError> {
+        self.store.record(key).await
+    }
 }
 
 impl idemgate_core::Instances for TestStore {

@@ -65,8 +65,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idemgate_core::{
-    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, RecordResult,
-    RecordState, StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimStore, ClaimToken, EventView, Identity, Key, Record,
+    RecordResult, RecordState, StoreError, Timestamp,
 };
 use redis::{AsyncCommands, Script, TlsCertificates};
 use tracing::{instrument, warn};
@@ -395,5 +395,10 @@ impl<S: ClaimStore> ClaimStore for TieredStore<S> {
     #[instrument(level = "debug", skip_all, fields(source = %key.source))]
     async fn lookup(&self, key: &Key) -> Result<EventView, StoreError> {
         self.inner.lookup(key).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(source = %key.source))]
+    async fn record(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        self.inner.record(key).await
     }
 }

@@ -212,6 +212,31 @@ pub async fn a_result_expires_with_its_record(h: &impl Harness) {
     assert_eq!(result_of(&store, &key).await, RecordResult::Stored(other()));
 }
 
+/// `record` (what a duplicate's result is read from) gives what `lookup` gives as the record, in
+/// every state: absent, processing, done with a result, and expired (absent again).
+pub async fn the_record_alone_reads_as_lookup_does(h: &impl Harness) {
+    let store = h.store();
+    let key = key("src");
+    assert_eq!(store.record(&key).await.unwrap(), None);
+    let token = claimed(
+        &store,
+        ClaimRequest::new(key.clone(), SHORT_LEASE, SHORT_TTL),
+    )
+    .await;
+    let processing = store.record(&key).await.unwrap();
+    assert_eq!(processing, store.lookup(&key).await.unwrap().record);
+    assert_eq!(processing.map(|r| r.state), Some(RecordState::Processing));
+    store
+        .complete_with(&token, &sample(), RESULT_LIMIT)
+        .await
+        .unwrap();
+    let done = store.record(&key).await.unwrap();
+    assert_eq!(done, store.lookup(&key).await.unwrap().record);
+    assert_eq!(done.map(|r| r.result), Some(RecordResult::Stored(sample())));
+    h.advance(SHORT_TTL).await;
+    assert_eq!(store.record(&key).await.unwrap(), None);
+}
+
 /// No result without a completion: not while processing, not after a release (the next record
 /// starts without one), not for a claim marked done on receipt (no completion follows it, and a
 /// completion of it keeps nothing).
