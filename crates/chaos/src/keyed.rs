@@ -24,6 +24,72 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::http::Client;
+use crate::run::Run;
+use crate::verdict::Verdict;
+
+/// Clients sending keys through the sidecar at once, each one key after another.
+const CLIENTS: usize = 8;
+/// How long a key's client may go on sending it, from the start of the clients.
+const KEY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A scenario's sidecar: the upstream, and the `[[api]]` address on the gateway.
+#[derive(Debug)]
+pub struct Sidecar {
+    pub upstream: Upstream,
+    api: SocketAddr,
+}
+
+impl Sidecar {
+    /// Starts the upstream and adds the `[[api]]` in front of it to gateway `index`'s config
+    /// (before the gateway starts).
+    ///
+    /// # Errors
+    /// When no port is free or the gateway is unknown.
+    pub async fn add(run: &mut Run<'_>, index: u8) -> anyhow::Result<Self> {
+        let upstream = Upstream::start().await?;
+        let api: SocketAddr = format!("127.0.0.1:{}", crate::gateway::free_port()?).parse()?;
+        run.gateway(index)?
+            .extra_toml
+            .push_str(&api_toml(api, upstream.addr));
+        Ok(Self { upstream, api })
+    }
+
+    /// Starts the clients (once the gateway is up).
+    pub fn clients(&self, run: &Run<'_>) -> Clients {
+        Clients::start(
+            run.ctx.client.clone(),
+            run.clock(),
+            self.api,
+            &format!("key-{}", run.tag),
+            CLIENTS,
+            run.clock().after(KEY_DEADLINE),
+        )
+    }
+
+    /// Waits a second past the fault, stops the clients and waits for each key's end.
+    pub async fn finish(&self, run: &mut Run<'_>, clients: Clients) -> Vec<(String, KeyEnd)> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ends = clients.finish().await;
+        run.note(format!(
+            "{} keys sent through the sidecar; every key's client ended",
+            ends.len()
+        ));
+        ends
+    }
+
+    /// Adds the keyed load's notes and failures to `v`, and a failure when no send was answered
+    /// `hit` (`"503"`): the fault did not reach the sidecar.
+    pub fn judge(&self, v: &mut Verdict, ends: &[(String, KeyEnd)], hit: &str) {
+        let judged = judge(ends, &self.upstream.created());
+        v.notes.extend(judged.notes);
+        v.failures.extend(judged.failures);
+        if answered(ends, hit) == 0 {
+            v.failures.push(format!(
+                "no keyed request was answered {hit} during the fault: it did not hit the sidecar"
+            ));
+        }
+    }
+}
 
 /// The keyed route.
 pub const ROUTE: &str = "/v1/payments";

@@ -24,7 +24,7 @@ use crate::clock::ms;
 use crate::fault::{self, Window, quantile};
 use crate::gateway::SourceSpec;
 use crate::health::{self, Prober};
-use crate::keyed::{self, Clients, Upstream};
+use crate::keyed::Sidecar;
 use crate::load::Outcome;
 use crate::run::{Run, postgres_store};
 use crate::verdict::Verdict;
@@ -32,8 +32,6 @@ use crate::verdict::Verdict;
 /// Once the store is known failing, a claim waits 1 s: an answer later than this, sent then,
 /// means the gateway waited as if it did not know.
 const KNOWN_FAILING_P99: u64 = 2_000_000;
-/// Clients sending keys through the sidecar at once, each one key after another.
-const KEYED_CLIENTS: usize = 8;
 /// No answer sent during the outage may take longer than this (a claim waits 3 s at most).
 const OUTAGE_MAX: u64 = 5_000_000;
 
@@ -55,22 +53,11 @@ pub async fn postgres_blackhole(ctx: &Ctx) -> anyhow::Result<Verdict> {
         1,
         &postgres_store(&pg.url_via(link.addr()), &schema(&run), "batched", SECS(60)),
     )?;
-    let upstream = Upstream::start().await?;
-    let api: SocketAddr = format!("127.0.0.1:{}", crate::gateway::free_port()?).parse()?;
-    run.gateway(1)?
-        .extra_toml
-        .push_str(&keyed::api_toml(api, upstream.addr));
+    let sidecar = Sidecar::add(&mut run, 1).await?;
     run.start_gateways().await?;
     let spec = run.spec();
     run.load(spec);
-    let clients = Clients::start(
-        ctx.client.clone(),
-        ctx.clock,
-        api,
-        &format!("key-{}", run.tag),
-        KEYED_CLIENTS,
-        run.clock().after(SECS(120)),
-    );
+    let clients = sidecar.clients(&run);
     run.reach(0.3).await?;
     let prober = Prober::start(
         ctx.client.clone(),
@@ -88,25 +75,12 @@ pub async fn postgres_blackhole(ctx: &Ctx) -> anyhow::Result<Verdict> {
     link.set(LinkMode::Forward);
     let end = run.clock().now();
     run.note("the link carries again");
-    tokio::time::sleep(SECS(1)).await;
-    let ends = clients.finish().await;
-    run.note(format!(
-        "{} keys sent through the sidecar; every key's client ended",
-        ends.len()
-    ));
+    let ends = sidecar.finish(&mut run, clients).await;
     run.settle(SECS(20)).await?;
     let probes = prober.stop().await;
     let mut v = run.finish().await?;
     drop(link);
-    let judged = keyed::judge(&ends, &upstream.created());
-    v.notes.extend(judged.notes);
-    v.failures.extend(judged.failures);
-    if keyed::answered(&ends, "503") == 0 {
-        v.failures.push(
-            "no keyed request was answered 503 during the outage: the fault did not hit the sidecar"
-                .into(),
-        );
-    }
+    sidecar.judge(&mut v, &ends, "503");
 
     let during = |a: &&crate::load::Answer| a.sent >= start && a.sent <= end;
     let refused: Vec<&crate::load::Answer> = run

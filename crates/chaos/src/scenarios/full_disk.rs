@@ -25,7 +25,7 @@ use crate::clock::ms;
 use crate::disk::Tmpfs;
 use crate::fault::{self, Window};
 use crate::health::{self, Probe, Prober};
-use crate::keyed::{self, Clients, Upstream};
+use crate::keyed::Sidecar;
 use crate::load::Outcome;
 use crate::run::{Run, sqlite_store};
 use crate::verdict::Verdict;
@@ -39,10 +39,6 @@ const KEYED_MIB: u32 = 4;
 const EVENTS_PER_MIB: u32 = 512;
 /// How long the scenario waits for the full disk to refuse a write.
 const WAIT_FOR_FAILURE: Duration = Duration::from_secs(10);
-/// Clients sending keys through the sidecar at once, each one key after another.
-const KEYED_CLIENTS: usize = 8;
-/// How long a key's client may go on sending it, from the load's start.
-const KEYED_DEADLINE: Duration = Duration::from_secs(120);
 /// What the store component says while its writes fail.
 const WRITES_FAIL: &str = "its writes fail";
 
@@ -50,8 +46,7 @@ pub async fn full_disk(ctx: &Ctx) -> anyhow::Result<Verdict> {
     let mut run = Run::new(ctx, "full-disk", short_lease(), quick()).await?;
     let mib = DISK_MIB.max(6 + ctx.sizes.events / EVENTS_PER_MIB) + KEYED_MIB;
     let disk = Tmpfs::mount(&run.dir.join("disk"), mib, ctx.registry.clone()).await?;
-    let upstream = Upstream::start().await?;
-    let result = play(ctx, &mut run, &disk, mib, &upstream).await;
+    let result = play(ctx, &mut run, &disk, mib).await;
     // The gateway is stopped (by `finish`, or by the cleanup on an error) before the unmount.
     for g in &mut run.gateways {
         g.stop().await;
@@ -60,30 +55,13 @@ pub async fn full_disk(ctx: &Ctx) -> anyhow::Result<Verdict> {
     result
 }
 
-async fn play(
-    ctx: &Ctx,
-    run: &mut Run<'_>,
-    disk: &Tmpfs,
-    mib: u32,
-    upstream: &Upstream,
-) -> anyhow::Result<Verdict> {
+async fn play(ctx: &Ctx, run: &mut Run<'_>, disk: &Tmpfs, mib: u32) -> anyhow::Result<Verdict> {
     run.add_gateways(1, &sqlite_store(&disk.dir, SECS(60)))?;
-    let api: std::net::SocketAddr =
-        format!("127.0.0.1:{}", crate::gateway::free_port()?).parse()?;
-    run.gateway(1)?
-        .extra_toml
-        .push_str(&keyed::api_toml(api, upstream.addr));
+    let sidecar = Sidecar::add(run, 1).await?;
     run.start_gateways().await?;
     let spec = run.spec();
     run.load(spec);
-    let clients = Clients::start(
-        ctx.client.clone(),
-        ctx.clock,
-        api,
-        &format!("key-{}", run.tag),
-        KEYED_CLIENTS,
-        run.clock().after(KEYED_DEADLINE),
-    );
+    let clients = sidecar.clients(run);
     run.reach(0.3).await?;
     let prober = Prober::start(
         ctx.client.clone(),
@@ -124,24 +102,11 @@ async fn play(
     disk.free()?;
     let end = run.clock().now();
     run.note("filler removed: the disk has room again");
-    tokio::time::sleep(SECS(1)).await;
-    let ends = clients.finish().await;
-    run.note(format!(
-        "{} keys sent through the sidecar; every key's client ended",
-        ends.len()
-    ));
+    let ends = sidecar.finish(run, clients).await;
     run.settle(SECS(15)).await?;
     let probes = prober.stop().await;
     let mut v = run.finish().await?;
-    let judged = keyed::judge(&ends, &upstream.created());
-    v.notes.extend(judged.notes);
-    v.failures.extend(judged.failures);
-    if keyed::answered(&ends, "503") == 0 {
-        v.failures.push(
-            "no keyed request was answered 503 while the disk was full: the fault did not hit the sidecar"
-                .into(),
-        );
-    }
+    sidecar.judge(&mut v, &ends, "503");
 
     let refused = run
         .answers
