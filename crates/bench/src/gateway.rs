@@ -697,7 +697,7 @@ fn size(svg: &str) -> Option<(f64, f64)> {
 }
 
 /// A PostgreSQL schema name no other run uses.
-fn schema(prefix: &str) -> String {
+pub(crate) fn schema(prefix: &str) -> String {
     format!(
         "{prefix}_{}_{}",
         std::process::id(),
@@ -708,7 +708,7 @@ fn schema(prefix: &str) -> String {
     )
 }
 
-async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
+pub(crate) async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
     let client = crate::pg::admin(url).await?;
     crate::pg::drop_schema(&client, schema).await
 }

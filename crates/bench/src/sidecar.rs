@@ -11,7 +11,8 @@
 //! - Three paths, each `--connections` (64) keep-alive HTTP/1.1 clients, each request a fresh key
 //!   (a bare token, as stripe-node sends), `--requests` per path: (a) straight to the upstream;
 //!   (b) `idemgate serve` with one `[[api]]` for the route, on a fresh SQLite store (a temporary
-//!   data dir, the server's default settings), `--idemgate` or the release build beside this
+//!   data dir, the server's default settings; with `--store postgres`, a fresh schema of
+//!   `--postgres` instead, dropped after), `--idemgate` or the release build beside this
 //!   binary; (c) Express with express-idempotency's middleware and its default in-memory adapter,
 //!   as its README sets it up, proxying the keyed POST to the same upstream
 //!   (`tests/sidecar/express_proxy.mjs`, on the machine's `node`; `npm ci` on first use; one
@@ -67,6 +68,15 @@ const BODY: &str =
 const CREATED: HeaderName = HeaderName::from_static("x-created");
 /// How long the Express proxy may take to say it is ready.
 const EXPRESS_READY: Duration = Duration::from_secs(30);
+
+/// The store the sidecar keeps its keys in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SidecarStore {
+    /// A fresh SQLite store in a temporary data dir (`--data-dir`).
+    Sqlite,
+    /// A fresh schema of `--postgres`, dropped after the run.
+    Postgres,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Express {
@@ -127,6 +137,11 @@ pub struct Args {
     /// streams through it untouched: what the proxy hop alone costs, without the store.
     #[arg(long)]
     passthrough: bool,
+    /// The sidecar's store.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    store: SidecarStore,
+    #[command(flatten)]
+    postgres: crate::pg::Postgres,
     /// Where the chart goes.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -147,7 +162,13 @@ impl Via {
     fn label(self, args: &Args) -> String {
         match self {
             Self::Direct => "direct to the upstream".to_owned(),
-            Self::Sidecar => "idemgate serve [[api]], SQLite".to_owned(),
+            Self::Sidecar => format!(
+                "idemgate serve [[api]], {}",
+                match args.store {
+                    SidecarStore::Sqlite => "SQLite",
+                    SidecarStore::Postgres => "PostgreSQL",
+                }
+            ),
             Self::Passthrough => {
                 "idemgate serve [[api]], route not keyed (proxy hop only)".to_owned()
             }
@@ -599,25 +620,36 @@ impl Proxy {
     }
 }
 
-/// `idemgate serve` with one `[[api]]` for the route in front of `up`, on a fresh SQLite store.
-/// With `keyed` false its routes name another route, so the measured one streams through.
+/// `idemgate serve` with one `[[api]]` for the route in front of `up`, on a fresh store: SQLite,
+/// or `pg_schema` of the `--postgres` server. With `keyed` false its routes name another route,
+/// so the measured one streams through.
 async fn sidecar(
     bin: &Path,
     up: SocketAddr,
-    data_dir: Option<&Path>,
+    args: &Args,
+    pg_schema: Option<&str>,
     keyed: bool,
 ) -> anyhow::Result<Proxy> {
-    let dir = match data_dir {
+    let dir = match args.data_dir.as_deref() {
         Some(parent) => tempfile::tempdir_in(parent)
             .with_context(|| format!("a data dir in {}", parent.display()))?,
         None => tempfile::tempdir()?,
     };
     let (listen, api) = (free_port()?, free_port()?);
+    let store = match pg_schema {
+        None => format!(
+            "[store]\nkind = \"sqlite\"\npath = {:?}\n",
+            dir.path().join("data").display().to_string()
+        ),
+        Some(schema) => format!(
+            "[store]\nkind = \"postgres\"\nurl = {:?}\n[store.postgres]\nschema = {schema:?}\n",
+            args.postgres.url
+        ),
+    };
     let config = format!(
-        "listen = \"{listen}\"\n[store]\nkind = \"sqlite\"\npath = {:?}\n\n\
+        "listen = \"{listen}\"\n{store}\n\
          [[api]]\nname = \"payments\"\nlisten = \"{api}\"\nupstream = \"http://{up}\"\n\
          routes = [\"POST {route}\"]\nretry_window = \"24h\"\n",
-        dir.path().join("data").display().to_string(),
         route = if keyed { ROUTE } else { "/v1/not-this-one" },
     );
     let path = dir.path().join("idemgate.toml");
@@ -782,9 +814,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.service_ms
     );
 
-    let mut proxies = vec![sidecar(&bin, up, args.data_dir.as_deref(), true).await?];
+    // A fresh schema per sidecar on PostgreSQL, dropped at the end.
+    let schemas: Vec<String> = match args.store {
+        SidecarStore::Sqlite => Vec::new(),
+        SidecarStore::Postgres => ["bench_sidecar", "bench_passthrough"]
+            .iter()
+            .map(|p| crate::gateway::schema(p))
+            .collect(),
+    };
+    let result = with_proxies(&args, &bin, up, &upstream, &schemas).await;
+    for schema in &schemas {
+        if let Err(e) = crate::gateway::drop_schema(&args.postgres.url, schema).await {
+            eprintln!("sidecar: could not drop schema {schema}: {e:#}");
+        }
+    }
+    result
+}
+
+/// Starts the proxies, measures every path through them, stops them, and prints.
+async fn with_proxies(
+    args: &Args,
+    bin: &Path,
+    up: SocketAddr,
+    upstream: &Upstream,
+    schemas: &[String],
+) -> anyhow::Result<()> {
+    let schema = |i: usize| schemas.get(i).map(String::as_str);
+    let mut proxies = vec![sidecar(bin, up, args, schema(0), true).await?];
     if args.passthrough {
-        proxies.push(sidecar(&bin, up, args.data_dir.as_deref(), false).await?);
+        proxies.push(sidecar(bin, up, args, schema(1), false).await?);
     }
     let skipped = match args.express {
         Express::Off => Some("skipped (--express off)".to_owned()),
@@ -795,7 +853,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )),
             Some(version) => {
                 eprintln!("sidecar: express-idempotency on node {version}");
-                proxies.push(express(&args, up).await?);
+                proxies.push(express(args, up).await?);
                 None
             }
         },
@@ -803,7 +861,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut paths: Vec<(Via, SocketAddr, Option<u32>)> = vec![(Via::Direct, up, None)];
     paths.extend(proxies.iter().map(|p| (p.via, p.addr, Some(p.pid))));
 
-    let result = measure(&args, &paths, &upstream).await;
+    let result = measure(args, &paths, upstream).await;
     let mut runs = match result {
         Ok(runs) => runs,
         Err(e) => {
@@ -819,10 +877,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         p.stop().await;
     }
-    print(&args, &runs, skipped.as_deref());
+    print(args, &runs, skipped.as_deref());
     std::fs::create_dir_all(&args.out)?;
     let chart = args.out.join("sidecar.svg");
-    std::fs::write(&chart, draw(&runs, &args)?)?;
+    std::fs::write(&chart, draw(&runs, args)?)?;
     println!("\nchart: {}", chart.display());
     Ok(())
 }
@@ -999,10 +1057,13 @@ fn print(args: &Args, runs: &[PathRun], skipped: Option<&str>) {
          ceiling is about cores / (proxy + bench CPU per request).{}",
         args.connections,
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
-        args.data_dir.as_ref().map_or_else(String::new, |d| format!(
-            " The sidecar's data dir is in {} (--data-dir).",
-            d.display()
-        ))
+        match args.store {
+            SidecarStore::Postgres => " The sidecar's store is a fresh schema of --postgres, with the server's own settings and no maintenance.".to_owned(),
+            SidecarStore::Sqlite => args.data_dir.as_ref().map_or_else(String::new, |d| format!(
+                " The sidecar's data dir is in {} (--data-dir).",
+                d.display()
+            )),
+        }
     );
     if let Some(why) = skipped {
         println!("\nexpress-idempotency: {why}.");
