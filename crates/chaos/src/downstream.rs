@@ -9,7 +9,6 @@
 //! Faults are switched on and off by the scenarios: answering 500, hanging (then answering 503:
 //! a handler that never finished is not a processing), and slow answers.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +18,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::clock::Clock;
@@ -140,25 +138,9 @@ impl Downstream {
             foreign: Mutex::default(),
         });
         let shared = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let state = shared.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(handle(state, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let task = tokio::spawn(crate::http::serve(listener, move |req| {
+            handle(shared.clone(), req)
+        }));
         Ok(Self { addr, state, task })
     }
 

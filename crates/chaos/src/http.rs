@@ -1,12 +1,19 @@
-//! The HTTP client every sender shares, and small GET helpers for `/healthz`, `/metrics` and a
-//! process's `Date`.
+//! The HTTP client every sender shares, one exchange read to its end within a timeout, small GET
+//! helpers for `/healthz`, `/metrics` and a process's `Date`, and the HTTP/1.1 server loop of the
+//! harness's own servers (the downstream, the sidecar's upstream).
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::HeaderMap;
+use hyper::{Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
 
 pub type Client = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
 
@@ -20,46 +27,74 @@ pub fn client() -> Client {
         .build(connector)
 }
 
-/// GETs `url`: its status and body, or why not (within `timeout`).
-pub async fn get(client: &Client, url: &str, timeout: Duration) -> Result<(u16, String), String> {
-    let req = hyper::Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
+/// Sends `req` and reads the answer to its end (so the connection goes back to the pool):
+/// status, headers and body, or why not (within `timeout`).
+pub async fn exchange(
+    client: &Client,
+    req: Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<(u16, HeaderMap, String), String> {
     let exchange = async {
         let resp = client.request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((
+            parts.status.as_u16(),
+            parts.headers,
+            String::from_utf8_lossy(&body).into_owned(),
+        ))
     };
     tokio::time::timeout(timeout, exchange)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
 }
 
+fn get_request(url: &str) -> Result<Request<Full<Bytes>>, String> {
+    Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())
+}
+
+/// GETs `url`: its status and body, or why not (within `timeout`).
+pub async fn get(client: &Client, url: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let (status, _, body) = exchange(client, get_request(url)?, timeout).await?;
+    Ok((status, body))
+}
+
 /// GETs `url` for its `Date` header (the answering process's wall clock), within `timeout`.
 pub async fn date(client: &Client, url: &str, timeout: Duration) -> Result<String, String> {
-    let req = hyper::Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
-        let date = resp
-            .headers()
-            .get(hyper::header::DATE)
-            .and_then(|d| d.to_str().ok())
-            .map(str::to_owned);
-        // Read to the end, so the connection goes back to the pool.
-        let _ = resp.into_body().collect().await;
-        date.ok_or_else(|| "the answer had no Date header".to_owned())
-    };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+    let (_, headers, _) = exchange(client, get_request(url)?, timeout).await?;
+    headers
+        .get(hyper::header::DATE)
+        .and_then(|d| d.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| "the answer had no Date header".to_owned())
+}
+
+/// Serves HTTP/1.1 on `listener` until aborted, each connection on a task of its own, each
+/// request answered by `handle`.
+pub async fn serve<F, Fut>(listener: TcpListener, handle: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let answer = handle(req);
+                async move { Ok::<_, Infallible>(answer.await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 /// The sum of every sample of metric `name` whose labels contain `labels` (Prometheus text).

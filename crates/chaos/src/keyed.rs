@@ -9,17 +9,15 @@
 //! second send is answered with that answer again, marked as a replay.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::clock::Clock;
@@ -134,26 +132,10 @@ impl Upstream {
         let created: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
         let create_ms = Arc::new(AtomicU64::new(CREATE.as_millis() as u64));
         let (shared, took) = (created.clone(), create_ms.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let (created, took) = (shared.clone(), took.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let (created, took) = (created.clone(), took.clone());
-                        let took = Duration::from_millis(took.load(Ordering::SeqCst));
-                        async move { Ok::<_, Infallible>(create(&created, took, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let task = tokio::spawn(crate::http::serve(listener, move |req| {
+            let took = Duration::from_millis(took.load(Ordering::SeqCst));
+            create(shared.clone(), took, req)
+        }));
         Ok(Self {
             addr,
             created,
@@ -181,7 +163,7 @@ impl Drop for Upstream {
 }
 
 async fn create(
-    created: &Mutex<HashMap<String, Vec<String>>>,
+    created: Arc<Mutex<HashMap<String, Vec<String>>>>,
     took: Duration,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -195,7 +177,7 @@ async fn create(
             // The creation counts once the request arrived, as a real API's would: the
             // handler runs on even if the sidecar hangs up.
             let body = {
-                let mut created = lock(created);
+                let mut created = lock(&created);
                 let bodies = created.entry(key.clone()).or_default();
                 let body = format!(
                     r#"{{"id":"pay_{key}_{}","object":"payment","amount":4200}}"#,
@@ -340,28 +322,11 @@ async fn send(client: &Client, api: SocketAddr, key: &str) -> Result<(u16, Strin
             br#"{"amount":4200,"currency":"eur","customer":"cus_chaos"}"#,
         )))
         .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status().as_u16();
-        let replayed = resp
-            .headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v.as_bytes() == b"true");
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((
-            status,
-            String::from_utf8_lossy(&body).into_owned(),
-            replayed,
-        ))
-    };
-    tokio::time::timeout(CLIENT_WAIT, exchange)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {CLIENT_WAIT:?}")))
+    let (status, headers, body) = crate::http::exchange(client, req, CLIENT_WAIT).await?;
+    let replayed = headers
+        .get("idempotent-replayed")
+        .is_some_and(|v| v.as_bytes() == b"true");
+    Ok((status, body, replayed))
 }
 
 /// How many sends of all keys were answered `what` (`"503"`, `"no answer"`).
